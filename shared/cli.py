@@ -1,0 +1,208 @@
+"""The ``tracehound`` command: configure, run workers, index a repo, analyze an error, demo."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from shared import queues
+from shared.errors import PermanentError
+from shared.settings import Settings
+
+cli = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="tracehound: production errors in, Slack analyses out.",
+)
+err = Console(stderr=True)
+out = Console()
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        err.print(f"[red]invalid TRACEHOUND_* settings:[/red]\n{exc}")
+        raise typer.Exit(2) from exc
+
+
+@cli.command()
+def config() -> None:
+    """Print the effective settings (secrets masked)."""
+    for key, value in load_settings().masked().items():
+        out.print(f"{key} = {json.dumps(value)}", highlight=False, soft_wrap=True)
+
+
+@cli.command()
+def worker(
+    queues_: Annotated[str, typer.Option("--queues", "-Q", help="Comma-separated queues.")],
+    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c")] = None,
+    loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "INFO",
+    name: Annotated[str | None, typer.Option("--name", "-n")] = None,
+) -> None:
+    """Start a Celery worker (model queues always run at concurrency 1)."""
+    wanted = [q.strip() for q in queues_.split(",") if q.strip()]
+    unknown = sorted(set(wanted) - set(queues.ALL_QUEUES))
+    if unknown or not wanted:
+        err.print(f"[red]unknown queue(s) {unknown}; choose from {', '.join(queues.ALL_QUEUES)}")
+        raise typer.Exit(2)
+    model = set(wanted) & set(queues.MODEL_QUEUES)
+    if model and concurrency not in (None, 1):
+        err.print(
+            f"[red]model queue(s) {sorted(model)} are served one request at a time: "
+            "use --concurrency 1 (scale CPU queues instead)"
+        )
+        raise typer.Exit(2)
+    c = 1 if model else (concurrency or os.cpu_count() or 1)
+    load_settings()  # fail here, readably, rather than inside Celery
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers",
+        "worker",
+        "-Q",
+        ",".join(wanted),
+        "-c",
+        str(c),
+        "-l",
+        loglevel,
+        "-n",
+        name or f"{'-'.join(wanted)}@%h",
+    ]
+    os.execv(sys.executable, argv)
+
+
+@cli.command()
+def index(
+    path: Annotated[Path, typer.Argument(help="Repository root to index.")],
+    repo: Annotated[str, typer.Option("--repo", help="Repository name (one index per repo).")],
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the workers.")] = 3600.0,
+) -> None:
+    """Index a repository: changed chunks are embedded, unchanged ones skipped, deleted removed."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from shared.pipeline import sender_app
+    from shared.reindex import index_repository
+
+    if not path.is_dir():
+        err.print(
+            f"[red]error:[/red] index path {str(path)!r} does not exist or is not a directory"
+        )
+        raise typer.Exit(2)
+    settings = load_settings()
+    app = sender_app(settings)
+    progress = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not err.is_terminal,
+    )
+    with progress:
+        task = progress.add_task(f"indexing {repo}", total=None)
+        report = index_repository(
+            app,
+            path,
+            repo,
+            max_bytes=settings.max_file_bytes,
+            timeout=timeout,
+            on_total=lambda n: progress.update(task, total=n),
+            on_done=lambda n: progress.advance(task, n),
+        )
+    reasons = ", ".join(f"{n} {r}" for r, n in report.skip_reasons().items()) or "none"
+    out.print(
+        f"indexed {report.files} files ({report.chunks} chunks, {report.embedded} "
+        f"embedded) into {repo!r}; skipped: {reasons}; removed: "
+        f"{len(report.removed_files)} deleted files",
+        highlight=False,
+    )
+    if report.failed:
+        err.print(f"[red]{len(report.failed)} files failed:[/red]")
+        for line in report.failed[:20]:
+            err.print(f"  {line}", highlight=False)
+        raise typer.Exit(1)
+
+
+@cli.command()
+def analyze(
+    source: Annotated[
+        str, typer.Argument(help="File with a trace or JSON event; - for stdin.")
+    ] = "-",
+    service: Annotated[str | None, typer.Option(help="Service that raised the error.")] = None,
+    repo: Annotated[str | None, typer.Option(help="Indexed repo (default: the service).")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait and print the message.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 600.0,
+) -> None:
+    """Enqueue an error (raw trace text or a JSON event) for analysis."""
+    from shared.notifiers import render_console
+    from shared.pipeline import enqueue_error, sender_app
+    from shared.traces import parse_error_input
+
+    settings = load_settings()
+    try:
+        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot read {source}: {exc.strerror}")
+        raise typer.Exit(2) from exc
+    try:
+        event = parse_error_input(
+            raw.decode("utf-8", errors="replace"),
+            service=service,
+            repo=repo,
+            max_bytes=settings.max_trace_bytes,
+        )
+    except PermanentError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    result = enqueue_error(sender_app(settings), event)
+    err.print(
+        f"enqueued event {event.id} (service {event.service}, repo {event.repo})", highlight=False
+    )
+    if not wait:
+        return
+    try:
+        notification = result.get(timeout=timeout)
+    except Exception as exc:
+        err.print(f"[red]error:[/red] no message after {timeout:.0f}s: {type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from exc
+    out.print(render_console(notification["blocks"]), highlight=False, markup=False)
+    out.print(f"delivered to: {notification['destination']}", highlight=False)
+
+
+@cli.command()
+def demo(
+    repo_path: Annotated[Path, typer.Option(help="Service to index.")] = Path(
+        "tests/data/sample-service"
+    ),
+    error: Annotated[Path, typer.Option(help="Error to analyze.")] = Path(
+        "tests/data/sample-error.txt"
+    ),
+) -> None:
+    """Run everything locally: private Redis, Chroma and workers; index; analyze; print."""
+    from shared.demo import run_demo
+
+    settings = load_settings()
+    raise typer.Exit(run_demo(settings, repo_path, error, console=out, err=err))
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=os.environ.get("TRACEHOUND_LOG_LEVEL", "WARNING"),
+        format="%(levelname)s %(name)s %(message)s",
+    )
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Domain types passed between producers and stages; JSON only at the task boundary."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ErrorEvent(Frozen):
+    """One error from a service: what producers normalise everything to."""
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    service: str
+    repo: str
+    message: str = ""
+    exception_type: str | None = None
+    stacktrace: str = ""
+    level: str = "ERROR"
+    timestamp: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    attributes: dict[str, Any] = Field(default_factory=dict)
+
+
+class Chunk(Frozen):
+    """A line range of one source file, as stored in both indexes."""
+
+    id: str
+    repo: str
+    path: str
+    start_line: int
+    end_line: int
+    language: str
+    content_hash: str
+    text: str
+
+    def metadata(self) -> dict[str, str | int]:
+        return {
+            "repo": self.repo,
+            "path": self.path,
+            "start_line": self.start_line,
+            "end_line": self.end_line,
+            "language": self.language,
+            "content_hash": self.content_hash,
+        }
+
+
+class ChunkHit(Frozen):
+    """A chunk returned by one retriever, or fused."""
+
+    chunk_id: str
+    path: str
+    start_line: int
+    end_line: int
+    text: str
+    score: float
+
+
+class Candidate(Frozen):
+    """One file proposed as the failure's location, with its best chunks."""
+
+    path: str
+    score: float
+    chunks: list[ChunkHit]
+    rerank_score: float | None = None
+
+    @property
+    def lines(self) -> str:
+        best = self.chunks[0]
+        return f"{best.start_line}-{best.end_line}"
+
+
+class Hypothesis(Frozen):
+    cause: str = Field(description="What probably went wrong, in one or two sentences.")
+    confidence: float = Field(ge=0.0, le=1.0)
+    evidence: list[str] = Field(description='Code locations as "path:start-end".')
+
+
+class FileRef(Frozen):
+    path: str
+    start_line: int = Field(ge=0)
+    end_line: int = Field(ge=0)
+    reason: str = ""
+
+
+class AnalysisReply(Frozen):
+    """What the LLM must return; its JSON schema is sent as Ollama's ``format``."""
+
+    summary: str = Field(description="One line: what failed and where.")
+    hypotheses: list[Hypothesis] = Field(description="Root-cause hypotheses, most likely first.")
+    suggested_fix: str
+    relevant_files: list[FileRef]
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
+class Analysis(AnalysisReply):
+    """The validated reply plus how it was obtained."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    model: str = ""
+    degraded: bool = False
+    degraded_reason: str | None = None
+    raw_text: str | None = None
+
+
+class StageVisit(Frozen):
+    stage: str
+    queue: str
+    worker: str
+    at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+
+class Investigation(Frozen):
+    """The payload that travels down the analysis chain, growing one stage at a time."""
+
+    event: ErrorEvent
+    query: str = ""
+    query_vector: list[float] | None = None
+    candidates: list[Candidate] = Field(default_factory=list)
+    analysis: Analysis | None = None
+    notes: list[str] = Field(default_factory=list)
+    trail: list[StageVisit] = Field(default_factory=list)
+
+    def visited(self, stage: str, queue: str, worker: str) -> Investigation:
+        return self.model_copy(
+            update={"trail": [*self.trail, StageVisit(stage=stage, queue=queue, worker=worker)]}
+        )
+
+    def noted(self, note: str) -> Investigation:
+        return self.model_copy(update={"notes": [*self.notes, note]})
+
+
+class Notification(Frozen):
+    """What was sent (or printed): the message and where it went."""
+
+    event_id: str
+    destination: str
+    channel: str | None = None
+    ts: str | None = None
+    text: str
+    blocks: list[dict[str, Any]]
+    notes: list[str] = Field(default_factory=list)
+    top_files: list[str] = Field(default_factory=list)
+    trail: list[StageVisit] = Field(default_factory=list)
+    analysis: Analysis | None = None

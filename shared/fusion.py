@@ -1,0 +1,41 @@
+"""Reciprocal rank fusion of ranked chunk lists, and grouping of fused chunks per file."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from shared.domain import Candidate, ChunkHit
+
+# k=60 comes from Cormack, Clarke & Büttcher (SIGIR 2009): large enough that a document ranked
+# first by one retriever cannot drown out agreement between retrievers further down the lists.
+RRF_K = 60
+
+
+def reciprocal_rank_fusion(
+    rankings: Sequence[Sequence[ChunkHit]], *, k: int = RRF_K
+) -> list[ChunkHit]:
+    """Chunks scored by sum over rankings of 1 / (k + rank), rank starting at 1; best first.
+
+    Ties are broken by first appearance, so the order is deterministic.
+    """
+    scores: dict[str, float] = {}
+    hits: dict[str, ChunkHit] = {}
+    for ranking in rankings:
+        for rank, hit in enumerate(ranking, start=1):
+            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + 1.0 / (k + rank)
+            hits.setdefault(hit.chunk_id, hit)
+    order = sorted(scores, key=lambda cid: -scores[cid])  # sorted() is stable
+    return [hits[cid].model_copy(update={"score": scores[cid]}) for cid in order]
+
+
+def group_by_file(fused: Sequence[ChunkHit], *, chunks_per_file: int = 3) -> list[Candidate]:
+    """One candidate per file, ranked by its best chunk; each keeps its best few chunks."""
+    by_path: dict[str, list[ChunkHit]] = {}
+    for hit in fused:
+        by_path.setdefault(hit.path, []).append(hit)
+    candidates = [
+        Candidate(path=path, score=hits[0].score, chunks=hits[:chunks_per_file])
+        for path, hits in by_path.items()
+    ]
+    candidates.sort(key=lambda c: -c.score)
+    return candidates

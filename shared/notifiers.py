@@ -1,0 +1,141 @@
+"""Destinations for a finished analysis: Slack (bot token or webhook) or the console and a file."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+from shared.errors import PermanentError, TransientError
+
+
+@dataclass(frozen=True)
+class Delivery:
+    destination: str
+    channel: str | None = None
+    ts: str | None = None
+
+
+class Notifier(Protocol):
+    def send(self, text: str, blocks: list[dict[str, Any]]) -> Delivery: ...
+
+
+def _retry_after(headers: Any) -> float | None:
+    value = (headers or {}).get("Retry-After") or (headers or {}).get("retry-after")
+    if isinstance(value, list):
+        value = value[0] if value else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _slack_failure(what: str, status: int, error: str, headers: Any) -> Exception:
+    if status == 429 or error == "ratelimited":
+        wait = _retry_after(headers)
+        return TransientError(f"{what}: rate limited (Retry-After {wait})", retry_after=wait)
+    if status >= 500 or error in (
+        "internal_error",
+        "fatal_error",
+        "service_unavailable",
+        "request_timeout",
+    ):
+        return TransientError(f"{what}: Slack error {status} {error}")
+    return PermanentError(f"{what}: Slack refused the message: {error or status}")
+
+
+class SlackBotNotifier:
+    """``chat.postMessage`` with a bot token; the base URL is configurable for tests."""
+
+    def __init__(self, token: str, channel: str, *, base_url: str, timeout: float = 30.0) -> None:
+        from slack_sdk import WebClient
+
+        if not base_url.endswith("/"):
+            base_url += "/"  # slack-sdk joins method names onto it
+        self.channel = channel
+        self._client = WebClient(token=token, base_url=base_url, timeout=int(timeout))
+
+    def send(self, text: str, blocks: list[dict[str, Any]]) -> Delivery:
+        from slack_sdk.errors import SlackApiError, SlackClientError
+
+        try:
+            resp = self._client.chat_postMessage(
+                channel=self.channel,
+                text=text,
+                blocks=blocks,
+                unfurl_links=False,
+                unfurl_media=False,
+            )
+        except SlackApiError as exc:
+            r = exc.response
+            raise _slack_failure(
+                "slack chat.postMessage", r.status_code, str(r.get("error", "")), r.headers
+            ) from exc
+        except (SlackClientError, OSError) as exc:
+            raise TransientError(f"slack chat.postMessage: {exc}") from exc
+        return Delivery("slack", channel=resp.get("channel"), ts=resp.get("ts"))
+
+
+class SlackWebhookNotifier:
+    """An incoming webhook: no token, one fixed channel, no ``ts`` to update later."""
+
+    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
+        from slack_sdk.webhook import WebhookClient
+
+        self._client = WebhookClient(url, timeout=int(timeout))
+
+    def send(self, text: str, blocks: list[dict[str, Any]]) -> Delivery:
+        try:
+            resp = self._client.send(text=text, blocks=blocks)
+        except OSError as exc:
+            raise TransientError(f"slack webhook: {exc}") from exc
+        if resp.status_code != 200:
+            raise _slack_failure("slack webhook", resp.status_code, resp.body or "", resp.headers)
+        return Delivery("slack-webhook")
+
+
+# Emphasis markers only where mrkdwn treats them as such: not inside identifiers (order_service).
+_BOLD = re.compile(r"(?<!\w)\*([^*\n]+)\*(?!\w)")
+_ITALIC = re.compile(r"(?<!\w)_([^_\n]+)_(?!\w)")
+
+
+def plain(text: str) -> str:
+    """mrkdwn (with its escapes) as terminal text."""
+    text = _ITALIC.sub(r"\1", _BOLD.sub(r"\1", text.replace("```", "")))
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def render_console(blocks: list[dict[str, Any]]) -> str:
+    """The blocks as readable terminal text: what the Slack message would show."""
+    out: list[str] = []
+    for b in blocks:
+        if b["type"] == "header":
+            title = b["text"]["text"]
+            out += [title, "=" * len(title)]
+        elif b["type"] == "section":
+            out += [plain(b["text"]["text"]), ""]
+        elif b["type"] == "context":
+            out += [plain(e.get("text", "")) for e in b["elements"]]
+    return "\n".join(out).rstrip() + "\n"
+
+
+class ConsoleNotifier:
+    """No Slack configured: print the message and append it as JSON to a file."""
+
+    def __init__(self, path: Path, *, stream: TextIO | None = None) -> None:
+        self.path = path
+        self._stream = stream
+
+    def send(self, text: str, blocks: list[dict[str, Any]]) -> Delivery:
+        stream = self._stream or sys.stdout
+        stream.write(render_console(blocks))
+        stream.flush()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"at": datetime.now(UTC).isoformat(), "text": text, "blocks": blocks}
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        return Delivery("console", channel=str(self.path))

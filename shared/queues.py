@@ -1,0 +1,85 @@
+"""Task names, queues and routing, declared once; producers enqueue by name from here.
+
+Model queues (``embed``, ``rerank``, ``llm``) are consumed with concurrency 1 so the model host
+serves one request at a time; CPU queues (``retrieve``, ``index``, ``notify``) scale out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODEL_QUEUES = ("embed", "rerank", "llm")
+CPU_QUEUES = ("retrieve", "index", "notify")
+ALL_QUEUES = MODEL_QUEUES + CPU_QUEUES
+
+EMBED_QUERY = "tracehound.embed_query"
+RETRIEVE = "tracehound.retrieve"
+RERANK = "tracehound.rerank"
+ANALYZE = "tracehound.analyze"
+NOTIFY = "tracehound.notify"
+INDEX_FILES = "tracehound.index_files"
+INDEX_FILE = "tracehound.index_file"
+REMOVE_FILE = "tracehound.remove_file"
+PRUNE_REPO = "tracehound.prune_repo"
+EMBED_CHUNKS = "tracehound.embed_chunks"
+
+ROUTES: dict[str, str] = {
+    EMBED_QUERY: "embed",
+    RETRIEVE: "retrieve",
+    RERANK: "rerank",
+    ANALYZE: "llm",
+    NOTIFY: "notify",
+    INDEX_FILES: "index",
+    INDEX_FILE: "index",
+    REMOVE_FILE: "index",
+    PRUNE_REPO: "index",
+    EMBED_CHUNKS: "embed",
+}
+
+# Time limits per task (seconds), next to the routing because the Redis visibility timeout is
+# derived from them: a message must not be redelivered while its task may still be running.
+TIME_LIMITS: dict[str, int] = {
+    EMBED_QUERY: 120,
+    RETRIEVE: 120,
+    RERANK: 120,
+    ANALYZE: 900,
+    NOTIFY: 60,
+    INDEX_FILES: 600,
+    INDEX_FILE: 300,
+    REMOVE_FILE: 120,
+    PRUNE_REPO: 600,
+    EMBED_CHUNKS: 600,
+}
+
+
+def visibility_timeout(max_retries: int, backoff_max: int) -> int:
+    """Above the longest task with all its retries, with a margin."""
+    longest = max(TIME_LIMITS.values())
+    return int((longest + backoff_max) * (max_retries + 1) * 1.5)
+
+
+def celery_config(redis_url: str, *, max_retries: int, backoff_max: int) -> dict[str, Any]:
+    """Celery settings shared by the worker app and the producers' sending app."""
+    transport = {"visibility_timeout": visibility_timeout(max_retries, backoff_max)}
+    return {
+        "broker_url": redis_url,
+        "result_backend": redis_url,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "task_routes": {name: {"queue": queue} for name, queue in ROUTES.items()},
+        "task_default_queue": "index",
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "broker_transport_options": transport,
+        "result_backend_transport_options": transport,
+        "result_expires": 7 * 24 * 3600,
+        "result_extended": True,
+        "broker_connection_retry_on_startup": True,
+        "task_track_started": True,
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "enable_utc": True,
+    }

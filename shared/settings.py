@@ -1,0 +1,109 @@
+"""The one settings object: every TRACEHOUND_* variable, built at entry points and passed down."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+RerankBackend = Literal["none", "llamacpp", "vllm", "jina", "cohere", "tei", "ollama"]
+
+
+class Settings(BaseSettings):
+    """Effective configuration; ``tracehound config`` prints it with secrets masked."""
+
+    model_config = SettingsConfigDict(env_prefix="TRACEHOUND_", extra="ignore", frozen=True)
+
+    # --- infrastructure ---
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    chroma_url: str | None = Field(
+        "http://127.0.0.1:8000",
+        description="Chroma server; required whenever more than one process writes the index.",
+    )
+    chroma_path: Path | None = Field(
+        None, description="Local PersistentClient path, single-process mode only (no chroma_url)."
+    )
+    data_dir: Path = Path(".tracehound")
+
+    # --- models ---
+    ollama_url: str = "http://127.0.0.1:11434"
+    embed_model: str = "nomic-embed-text"
+    llm_model: str = "qwen2.5-coder:7b"
+    # nomic-embed-text is trained with these task prefixes; set both to "" for other models.
+    embed_query_prefix: str = "search_query: "
+    embed_document_prefix: str = "search_document: "
+    embed_batch_size: int = Field(32, ge=1, le=512)
+    llm_num_ctx: int = Field(8192, ge=512)
+    llm_temperature: float = 0.1
+    rerank_backend: RerankBackend = "none"
+    rerank_url: str | None = None
+    rerank_model: str = "bge-reranker-v2-m3"
+    rerank_api_key: SecretStr | None = None
+
+    # --- timeouts (seconds) and retries ---
+    embed_timeout: float = 60.0
+    rerank_timeout: float = 30.0
+    llm_timeout: float = 300.0
+    chroma_timeout: float = 30.0
+    slack_timeout: float = 30.0
+    stage_max_retries: int = Field(3, ge=0, description="Retries of a transient stage failure.")
+    retry_backoff_max: int = Field(60, ge=1, description="Cap of the exponential retry delay.")
+
+    # --- retrieval ---
+    candidate_depth: int = Field(50, ge=1, le=1000)
+    top_k: int = Field(5, ge=1, le=50)
+    rrf_k: int = Field(60, ge=1)
+
+    # --- indexing ---
+    chunk_lines: int = Field(60, ge=5)
+    chunk_overlap: int = Field(10, ge=0)
+    chunk_max_chars: int = Field(6000, ge=200)
+    max_file_bytes: int = Field(1_000_000, ge=1)
+    max_trace_bytes: int = Field(64_000, ge=1000)
+
+    # --- notification ---
+    slack_bot_token: SecretStr | None = None
+    slack_channel: str | None = None
+    slack_webhook_url: SecretStr | None = None
+    slack_base_url: str = "https://slack.com/api/"
+    notify_file: Path | None = Field(
+        None, description="Console notifier's JSON-lines file; default DATA_DIR/notifications.jsonl"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.chunk_overlap >= self.chunk_lines:
+            raise ValueError("chunk_overlap must be smaller than chunk_lines")
+        if self.slack_bot_token and not self.slack_channel:
+            raise ValueError("TRACEHOUND_SLACK_BOT_TOKEN needs TRACEHOUND_SLACK_CHANNEL")
+        if self.rerank_backend != "none" and not self.rerank_url:
+            raise ValueError(f"rerank backend {self.rerank_backend!r} needs TRACEHOUND_RERANK_URL")
+        return self
+
+    @property
+    def notifications_path(self) -> Path:
+        return self.notify_file or self.data_dir / "notifications.jsonl"
+
+    def masked(self) -> dict[str, Any]:
+        """Settings as plain values with secrets and URL passwords masked, for printing."""
+        out: dict[str, Any] = {}
+        for name, value in self.model_dump().items():
+            if isinstance(value, SecretStr):
+                value = "********" if value.get_secret_value() else ""
+            elif isinstance(value, str):
+                value = mask_url_password(value)
+            elif isinstance(value, Path):
+                value = str(value)
+            out[name] = value
+        return out
+
+
+_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:@/]*):(?P<pw>[^@/]+)@")
+
+
+def mask_url_password(url: str) -> str:
+    """``redis://:secret@host`` -> ``redis://:****@host``."""
+    return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:****@", url)

@@ -1,0 +1,111 @@
+"""Fixtures: a private redis-server, a real chroma server, real celery workers, simulators.
+
+Only Ollama, the rerank server and Slack are doubled (as real HTTP servers on loopback);
+everything else is the real thing, started here on free ports and stopped at the end.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from shared.localstack import LocalStack, free_port
+from shared.pipeline import sender_app
+from shared.settings import Settings
+from shared.simulators.ollama import OllamaSimulator
+from shared.simulators.slack import SlackSimulator
+
+DATA = Path(__file__).parent / "data"
+SAMPLE_SERVICE = DATA / "sample-service"
+SLACK_CHANNEL = "C0ONCALL"
+
+
+@pytest.fixture(scope="session")
+def ollama_sim() -> Iterator[OllamaSimulator]:
+    with OllamaSimulator() as sim:
+        yield sim
+
+
+@pytest.fixture(scope="session")
+def rerank_sim() -> Iterator[OllamaSimulator]:
+    """The rerank server is its own process in production, so its own simulator here; a fixed
+    port lets a test stop it and start it again where the workers expect it."""
+    with OllamaSimulator(port=free_port()) as sim:
+        yield sim
+
+
+@pytest.fixture(scope="session")
+def slack_sim() -> Iterator[SlackSimulator]:
+    with SlackSimulator() as sim:
+        yield sim
+
+
+@pytest.fixture(scope="session")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    ollama_sim: OllamaSimulator,
+    rerank_sim: OllamaSimulator,
+    slack_sim: SlackSimulator,
+) -> Iterator[LocalStack]:
+    workdir = tmp_path_factory.mktemp("stack")
+    env = {
+        "TRACEHOUND_OLLAMA_URL": ollama_sim.url,
+        "TRACEHOUND_RERANK_BACKEND": "llamacpp",
+        "TRACEHOUND_RERANK_URL": rerank_sim.url,
+        "TRACEHOUND_SLACK_BOT_TOKEN": "xoxb-test-token",
+        "TRACEHOUND_SLACK_CHANNEL": SLACK_CHANNEL,
+        "TRACEHOUND_SLACK_BASE_URL": slack_sim.url + "/api/",
+        # Short retries keep failure tests quick; the policy itself is the production one.
+        "TRACEHOUND_STAGE_MAX_RETRIES": "1",
+        "TRACEHOUND_RETRY_BACKOFF_MAX": "1",
+        "TRACEHOUND_RERANK_TIMEOUT": "5",
+        "TRACEHOUND_CHROMA_TIMEOUT": "5",
+    }
+    s = LocalStack(workdir, env)
+    try:
+        s.start_services()
+        s.start_workers()
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="session")
+def settings(stack: LocalStack) -> Settings:
+    """What the workers run with, as a Settings object for the test process."""
+    return Settings(**{k.removeprefix("TRACEHOUND_").lower(): v for k, v in stack.env.items()})
+
+
+@pytest.fixture(scope="session")
+def sender(settings: Settings):  # type: ignore[no-untyped-def]
+    app = sender_app(settings)
+    yield app
+    app.close()
+
+
+@pytest.fixture(scope="session")
+def redis_client(settings: Settings) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(settings.redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def sample_copy(tmp_path: Path) -> Path:
+    """A private copy of the sample service that a test may change."""
+    dest = tmp_path / "sample-service"
+    shutil.copytree(SAMPLE_SERVICE, dest)
+    return dest
+
+
+@pytest.fixture(autouse=True)
+def _clean_simulators(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    for name in ("ollama_sim", "rerank_sim", "slack_sim"):
+        if name in request.fixturenames:
+            sim = request.getfixturevalue(name)
+            sim.reset_faults()

@@ -1,0 +1,1 @@
+"""Business logic of the orders service: ordering, pricing and stock."""

@@ -1,0 +1,194 @@
+"""An error event in, a Slack message out: real Redis, Chroma and Celery workers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.localstack import LocalStack
+from shared.pipeline import enqueue_error
+from shared.reindex import index_repository
+from shared.settings import Settings
+from shared.simulators.ollama import OllamaSimulator
+from shared.simulators.slack import SlackSimulator
+from shared.traces import parse_error_input
+from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL
+
+pytestmark = pytest.mark.integration
+
+REPO = "sample"
+BUGGY = "shopapp/services/pricing.py"
+TRACE = (DATA / "sample-error.txt").read_text()
+
+
+@pytest.fixture(scope="module")
+def indexed(stack: LocalStack, sender: Any, settings: Settings) -> None:
+    report = index_repository(sender, SAMPLE_SERVICE, REPO, max_bytes=settings.max_file_bytes,
+                              timeout=120)
+    assert report.files > 10 and not report.failed
+
+
+def run(sender: Any, text: str = TRACE, *, repo: str = REPO, timeout: float = 90) -> dict:
+    event = parse_error_input(text, service="shop-api", repo=repo)
+    return enqueue_error(sender, event).get(timeout=timeout)
+
+
+def posted_for(slack_sim: SlackSimulator, event_id: str) -> list[dict[str, Any]]:
+    return [m for m in slack_sim.messages
+            if event_id[:12] in json.dumps(m.get("blocks") or [])]
+
+
+def test_sample_error_names_the_buggy_file_and_crosses_every_queue(
+    indexed: None, sender: Any, slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
+) -> None:
+    result = run(sender)
+
+    assert BUGGY in [f.split(":")[0] for f in result["top_files"][:3]]
+    analysis = result["analysis"]
+    assert not analysis["degraded"]
+    assert analysis["summary"] and analysis["suggested_fix"]
+    assert analysis["hypotheses"] and 0 <= analysis["hypotheses"][0]["confidence"] <= 1
+    assert analysis["hypotheses"][0]["evidence"][0].startswith(BUGGY + ":")
+    assert [v["queue"] for v in result["trail"]] == ["embed", "retrieve", "rerank", "llm",
+                                                     "notify"]
+    assert result["destination"] == "slack" and result["channel"] == SLACK_CHANNEL
+    [message] = posted_for(slack_sim, result["event_id"])
+    assert BUGGY in json.dumps(message["blocks"]) and BUGGY in message["text"]
+    # The LLM got the schema as `format` and the code as candidates.
+    chat = ollama_sim.requests_to("/api/chat")[-1]["body"]
+    assert chat["format"]["properties"]["hypotheses"]
+    assert BUGGY in chat["messages"][-1]["content"]
+
+
+def test_chat_failing_with_500_still_delivers_a_degraded_message(
+    indexed: None, sender: Any, slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
+) -> None:
+    ollama_sim.fail("/api/chat", 500, times=-1)
+
+    result = run(sender)
+
+    assert result["analysis"]["degraded"]
+    assert "500" in result["analysis"]["degraded_reason"]
+    [message] = posted_for(slack_sim, result["event_id"])
+    assert "degraded" in json.dumps(message["blocks"])
+    # Retrieval still did its job: the files are in the message.
+    assert BUGGY in message["text"]
+
+
+def test_rerank_server_down_is_said_in_the_message(
+    indexed: None, sender: Any, slack_sim: SlackSimulator, rerank_sim: OllamaSimulator,
+) -> None:
+    rerank_sim.stop()
+    try:
+        result = run(sender)
+    finally:
+        rerank_sim.start()
+
+    assert any(n.startswith("rerank: unavailable (") for n in result["notes"])
+    [message] = posted_for(slack_sim, result["event_id"])
+    assert "rerank: unavailable" in json.dumps(message["blocks"])
+    assert BUGGY in [f.split(":")[0] for f in result["top_files"][:3]]
+
+
+def test_reranker_reorders_candidates_when_it_works(
+    indexed: None, sender: Any, rerank_sim: OllamaSimulator,
+) -> None:
+    rerank_sim.clear_log()
+    result = run(sender)
+    assert not any(n.startswith("rerank") for n in result["notes"])
+    [call] = rerank_sim.requests_to("/v1/rerank")
+    assert len(call["body"]["documents"]) > 5  # all fused candidates, top-k kept after
+
+
+def test_slack_429_then_200_posts_exactly_one_message(
+    indexed: None, sender: Any, slack_sim: SlackSimulator,
+) -> None:
+    slack_sim.clear_log()
+    slack_sim.rate_limit(1, retry_after=1)
+
+    result = run(sender)
+
+    statuses = [r["status"] for r in slack_sim.requests_to("/api/chat.postMessage")]
+    assert statuses == [429, 200]
+    assert len(posted_for(slack_sim, result["event_id"])) == 1
+    assert result["ts"]
+
+
+def test_unknown_channel_is_a_clear_permanent_error_kept_in_the_file(
+    indexed: None, sender: Any, slack_sim: SlackSimulator, settings: Settings,
+) -> None:
+    slack_sim.fail("chat.postMessage", "channel_not_found", times=1)
+    slack_sim.clear_log()
+
+    result = run(sender)
+
+    assert "channel_not_found" in result["destination"]
+    assert len(slack_sim.requests_to("/api/chat.postMessage")) == 1  # no endless retry
+    kept = settings.notifications_path.read_text().splitlines()
+    assert any(result["event_id"][:12] in line for line in kept)
+
+
+def test_non_trace_text_is_analyzed_as_a_message(indexed: None, sender: Any) -> None:
+    result = run(sender, "payment gateway returned an unexpected status for order checkout")
+    assert result["analysis"] and result["text"]
+    assert "payment gateway" in result["text"]
+
+
+def test_empty_error_text_still_produces_a_message(indexed: None, sender: Any) -> None:
+    result = run(sender, "")
+    assert result["destination"] == "slack"
+
+
+def test_missing_llm_model_degrades_with_ollama_pull_hint(
+    indexed: None, sender: Any, ollama_sim: OllamaSimulator, settings: Settings,
+) -> None:
+    models = ollama_sim.config["models"]
+    ollama_sim.configure(models=[m for m in models if m != settings.llm_model])
+    try:
+        result = run(sender)
+    finally:
+        ollama_sim.configure(models=models)
+    assert result["analysis"]["degraded"]
+    assert f"ollama pull {settings.llm_model}" in result["analysis"]["degraded_reason"]
+
+
+def test_huge_trace_is_trimmed_with_a_marker_and_analyzed(indexed: None, sender: Any) -> None:
+    frames = '  File "/srv/app/shopapp/services/pricing.py", line 91, in _allocate_discount\n'
+    huge = "Traceback (most recent call last):\n" + frames * 70_000 + TRACE
+    assert len(huge) > 5_000_000
+    result = run(sender, huge)
+    assert BUGGY in [f.split(":")[0] for f in result["top_files"][:3]]
+
+
+def test_chroma_down_retries_then_says_vector_search_failed(
+    indexed: None, sender: Any, stack: LocalStack,
+) -> None:
+    chroma = next(p for p in stack.procs if p.name == "chroma")
+    chroma.stop()
+    try:
+        result = run(sender, timeout=120)
+    finally:
+        restarted = stack_restart_chroma(stack)
+    assert any("vector search failed" in n for n in result["notes"])
+    # BM25 alone still finds the file.
+    assert BUGGY in [f.split(":")[0] for f in result["top_files"][:3]]
+    assert restarted
+
+
+def stack_restart_chroma(stack: LocalStack) -> bool:
+    import httpx
+
+    from shared.localstack import chroma_executable, spawn, wait_until
+
+    url = stack.env["TRACEHOUND_CHROMA_URL"]
+    port = url.rsplit(":", 1)[1]
+    old = next(p for p in stack.procs if p.name == "chroma")
+    stack.procs.remove(old)
+    proc = spawn("chroma", [chroma_executable(), "run", "--path", str(stack.workdir / "chroma"),
+                            "--host", "127.0.0.1", "--port", port], Path(stack.workdir) / "logs")
+    stack.procs.append(proc)
+    wait_until(lambda: httpx.get(f"{url}/api/v2/heartbeat", timeout=1).is_success, 60, "chroma")
+    return True

@@ -1,0 +1,37 @@
+"""The Celery app: configured from Settings when first used, never at import time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from shared import queues
+from workers import context
+
+app = Celery(
+    "tracehound",
+    include=["workers.tasks.analysis", "workers.tasks.indexing"],
+)
+
+
+@app.on_configure.connect
+def _configure(sender: Celery, **_: Any) -> None:
+    s = context.settings()
+    sender.config_from_object(
+        queues.celery_config(
+            s.redis_url, max_retries=s.stage_max_retries, backoff_max=s.retry_backoff_max
+        )
+    )
+
+
+def task_options(name: str) -> dict[str, Any]:
+    """Name, queue and time limits of a task, from the one routing table."""
+    hard = queues.TIME_LIMITS[name]
+    return {
+        "name": name,
+        "queue": queues.ROUTES[name],
+        "bind": True,
+        "time_limit": hard,
+        "soft_time_limit": hard - 10,
+    }
