@@ -1,0 +1,37 @@
+# Two targets do all the set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench-pipeline install system-deps
+
+demo: install
+	$(BIN)/tracehound demo
+
+test: install
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check shared workers producers tests benchmarks
+	$(BIN)/mypy
+
+bench-pipeline: install
+	$(BIN)/python benchmarks/pipeline.py
+
+install: system-deps $(VENV)/.installed
+
+# redis-server runs privately inside the demo and the tests; it must be on PATH.
+system-deps:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server; \
+	  elif command -v brew >/dev/null 2>&1; then brew install redis; \
+	  else echo "install redis-server (https://redis.io/docs/install/) and retry" >&2; exit 1; fi; }
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tracehound needs Python >= 3.11"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@

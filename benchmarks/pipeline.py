@@ -1,0 +1,100 @@
+"""Pipeline overhead: error enqueued → Slack message received, with zero-latency simulators.
+
+    python benchmarks/pipeline.py [--errors 100]
+
+Starts a private redis-server, a chroma server and the four worker processes of the compose
+topology, indexes the bundled sample service, then measures two things with the Ollama,
+rerank and Slack simulators answering instantly, so what is left is tracehound's own cost
+(Celery hops, Redis, Chroma, BM25, prompt building, Slack formatting):
+
+- sequential: one error at a time, enqueue → the Slack simulator receives the message;
+- burst: all errors enqueued at once (queueing included), latency per error and makespan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from shared.localstack import LocalStack  # noqa: E402
+from shared.pipeline import enqueue_error, sender_app  # noqa: E402
+from shared.reindex import index_repository  # noqa: E402
+from shared.settings import Settings  # noqa: E402
+from shared.simulators.ollama import OllamaSimulator  # noqa: E402
+from shared.simulators.slack import SlackSimulator  # noqa: E402
+from shared.traces import parse_error_input  # noqa: E402
+
+TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--errors", type=int, default=100)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="th-bench-") as tmp, OllamaSimulator() as ollama, \
+            SlackSimulator() as slack:
+        env = {
+            "TRACEHOUND_OLLAMA_URL": ollama.url,
+            "TRACEHOUND_RERANK_BACKEND": "llamacpp", "TRACEHOUND_RERANK_URL": ollama.url,
+            "TRACEHOUND_SLACK_BOT_TOKEN": "xoxb-bench", "TRACEHOUND_SLACK_CHANNEL": "C0BENCH",
+            "TRACEHOUND_SLACK_BASE_URL": slack.url + "/api/",
+        }
+        stack = LocalStack(Path(tmp), env)
+        try:
+            stack.start_services()
+            stack.start_workers()
+            app = sender_app(Settings(redis_url=stack.env["TRACEHOUND_REDIS_URL"]))
+            index_repository(app, ROOT / "tests/data/sample-service", "bench",
+                             max_bytes=1_000_000, timeout=300)
+
+            def event():  # type: ignore[no-untyped-def]
+                return parse_error_input(TRACE, service="shop-api", repo="bench")
+
+            def received_at(ts: str) -> float:
+                return next(m["t"] for m in slack.messages if m["ts"] == ts)
+
+            enqueue_error(app, event()).get(timeout=120)  # warm-up: imports, connections
+            sequential = []
+            for _ in range(args.errors):
+                t0 = time.time()
+                result = enqueue_error(app, event()).get(timeout=120)
+                sequential.append(received_at(result["ts"]) - t0)
+
+            t0 = time.time()
+            pending = [(time.time(), enqueue_error(app, event())) for _ in range(args.errors)]
+            burst = []
+            for sent, res in pending:
+                burst.append(received_at(res.get(timeout=600)["ts"]) - sent)
+            makespan = max(received_at(r.get()["ts"]) for _, r in pending) - t0
+            app.close()
+        finally:
+            stack.stop()
+
+    ms = 1000.0
+    print(f"\nPipeline overhead, {args.errors} errors, zero-latency simulators "
+          f"(2 cores; workers: embed, rerank, llm at -c 1, cpu at -c 2)\n")
+    print(f"| mode       | p50 ms | p95 ms | max ms | mean ms | throughput |")
+    print(f"|------------|-------:|-------:|-------:|--------:|-----------:|")
+    print(f"| sequential | {pct(sequential, .5) * ms:6.0f} | {pct(sequential, .95) * ms:6.0f} | "
+          f"{max(sequential) * ms:6.0f} | {statistics.mean(sequential) * ms:7.0f} | "
+          f"{len(sequential) / sum(sequential):6.1f} / s |")
+    print(f"| burst      | {pct(burst, .5) * ms:6.0f} | {pct(burst, .95) * ms:6.0f} | "
+          f"{max(burst) * ms:6.0f} | {statistics.mean(burst) * ms:7.0f} | "
+          f"{args.errors / makespan:6.1f} / s |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

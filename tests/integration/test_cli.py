@@ -1,0 +1,97 @@
+"""The ``tracehound`` command against the running stack, as a user types it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shared.localstack import LocalStack, spawn
+from shared.pipeline import sender_app
+from shared.settings import Settings
+from tests.conftest import DATA, SAMPLE_SERVICE
+
+pytestmark = pytest.mark.integration
+
+TRACEHOUND = str(Path(sys.executable).parent / "tracehound")
+
+
+def run_cli(args: list[str], env: dict[str, str], stdin: str | None = None,
+            timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([TRACEHOUND, *args], env={**os.environ, **env}, input=stdin,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_index_then_analyze_with_wait_prints_the_message(stack: LocalStack) -> None:
+    indexed = run_cli(["index", str(SAMPLE_SERVICE), "--repo", "cli-sample"], stack.env)
+    assert indexed.returncode == 0, indexed.stderr
+    assert "indexed" in indexed.stdout and "cli-sample" in indexed.stdout
+
+    done = run_cli(["analyze", str(DATA / "sample-error.txt"), "--service", "shop-api",
+                    "--repo", "cli-sample", "--wait"], stack.env)
+
+    assert done.returncode == 0, done.stderr
+    assert "shop-api: ZeroDivisionError" in done.stdout
+    assert "shopapp/services/pricing.py" in done.stdout
+    assert "delivered to: slack" in done.stdout
+
+
+def test_analyze_reads_a_json_event_from_stdin(stack: LocalStack) -> None:
+    event = (DATA / "sample-event.json").read_text()
+    done = run_cli(["analyze", "-", "--repo", "cli-sample"], stack.env, stdin=event)
+    assert done.returncode == 0, done.stderr
+    assert "enqueued event" in done.stderr
+
+
+def test_index_of_a_missing_path_exits_2_with_a_clear_error(stack: LocalStack) -> None:
+    done = run_cli(["index", "/no/such/dir", "--repo", "x"], stack.env)
+    assert done.returncode == 2
+    assert "does not exist" in done.stderr
+
+
+def test_analyze_of_text_without_service_exits_2(stack: LocalStack) -> None:
+    done = run_cli(["analyze", "-"], stack.env, stdin="Traceback ...\nValueError: x")
+    assert done.returncode == 2 and "--service" in done.stderr
+
+
+def test_config_prints_settings_with_secrets_masked(stack: LocalStack) -> None:
+    env = {**stack.env, "TRACEHOUND_REDIS_URL": "redis://:hunter2@127.0.0.1:6379/0"}
+    done = run_cli(["config"], env)
+    assert done.returncode == 0
+    assert "hunter2" not in done.stdout and "xoxb-test-token" not in done.stdout
+    assert 'slack_bot_token = "********"' in done.stdout
+    assert "redis://:****@127.0.0.1:6379/0" in done.stdout
+
+
+def test_tracehound_worker_and_celery_worker_both_consume_a_queue(
+    stack: LocalStack, settings: Settings,
+) -> None:
+    workers = [
+        spawn("cli-worker", [TRACEHOUND, "worker", "--queues", "embed", "--name", "cli@%h"],
+              stack.workdir / "logs", env=stack.env),
+        spawn("celery-worker", [sys.executable, "-m", "celery", "-A", "workers", "worker",
+                                "-Q", "embed", "-c", "1", "-n", "plain@%h"],
+              stack.workdir / "logs", env=stack.env),
+    ]
+    app = sender_app(settings)
+    try:
+        deadline = time.monotonic() + 90
+        names: set[str] = set()
+        while time.monotonic() < deadline and not {"cli", "plain"} <= names:
+            active = app.control.inspect(timeout=1).active_queues() or {}
+            names = {w.split("@")[0] for w, qs in active.items()
+                     if any(q["name"] == "embed" for q in qs)}
+        assert {"cli", "plain"} <= names, [w.log_tail() for w in workers]
+    finally:
+        for w in workers:
+            w.stop()
+        app.close()
+
+
+def test_worker_refuses_concurrency_above_one_on_a_model_queue(stack: LocalStack) -> None:
+    done = run_cli(["worker", "--queues", "llm", "--concurrency", "4"], stack.env, timeout=30)
+    assert done.returncode == 2 and "one request at a time" in done.stderr

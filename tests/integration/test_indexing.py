@@ -1,0 +1,149 @@
+"""Indexing a repository into real Chroma and the Redis BM25 corpus through real workers."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from shared.corpus import RedisCorpus
+from shared.keywords import BM25Index
+from shared.pipeline import enqueue_file, enqueue_remove
+from shared.reindex import index_repository
+from shared.settings import Settings
+from shared.simulators.ollama import OllamaSimulator
+from shared.vectors import ChromaVectorIndex
+
+pytestmark = pytest.mark.integration
+
+
+def new_repo() -> str:
+    return f"idx-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def chroma(settings: Settings) -> ChromaVectorIndex:
+    return ChromaVectorIndex(url=settings.chroma_url)
+
+
+@pytest.fixture
+def corpus(redis_client: redis.Redis) -> RedisCorpus:
+    return RedisCorpus(redis_client)
+
+
+def index(sender: Any, root: Path, repo: str, settings: Settings, **kw: Any):  # type: ignore[no-untyped-def]
+    return index_repository(sender, root, repo, max_bytes=kw.pop("max_bytes",
+                            settings.max_file_bytes), timeout=120, **kw)
+
+
+def paths_in_chroma(chroma: ChromaVectorIndex, repo: str) -> set[str]:
+    got = chroma._collection(repo).get(include=["metadatas"])
+    return {m["path"] for m in got["metadatas"]}
+
+
+def test_reindexing_an_unchanged_tree_makes_no_embed_calls(
+    sender: Any, settings: Settings, sample_copy: Path, ollama_sim: OllamaSimulator,
+) -> None:
+    repo = new_repo()
+    first = index(sender, sample_copy, repo, settings)
+    assert first.embedded == first.chunks > 0
+
+    ollama_sim.clear_log()
+    second = index(sender, sample_copy, repo, settings)
+
+    assert second.embedded == 0 and second.chunks == first.chunks
+    assert ollama_sim.requests_to("/api/embed") == []
+
+
+def test_a_changed_file_reembeds_only_its_changed_chunks(
+    sender: Any, settings: Settings, sample_copy: Path, ollama_sim: OllamaSimulator,
+    corpus: RedisCorpus,
+) -> None:
+    repo = new_repo()
+    index(sender, sample_copy, repo, settings)
+    target = sample_copy / "shopapp/config.py"
+    target.write_text(target.read_text() + "\n\nFEATURE_FLAG_REFUNDS = True\n")
+
+    ollama_sim.clear_log()
+    report = index(sender, sample_copy, repo, settings)
+
+    assert 1 <= report.embedded <= 2
+    inputs = [t for r in ollama_sim.requests_to("/api/embed") for t in r["body"]["input"]]
+    assert all("shopapp/config.py" in t for t in inputs)
+    snap = corpus.snapshot(repo)
+    config_chunks = [m for m in snap.meta if m[0] == "shopapp/config.py"]
+    assert len(config_chunks) == len(corpus.file_ids(repo, "shopapp/config.py"))  # no stale
+
+
+def test_deleted_files_leave_both_indexes(
+    sender: Any, settings: Settings, sample_copy: Path, chroma: ChromaVectorIndex,
+    corpus: RedisCorpus,
+) -> None:
+    repo = new_repo()
+    index(sender, sample_copy, repo, settings)
+    gone = "shopapp/notifications/email.py"
+    assert gone in paths_in_chroma(chroma, repo)
+    (sample_copy / gone).unlink()
+
+    report = index(sender, sample_copy, repo, settings)
+
+    assert report.removed_files == [gone]
+    assert gone not in paths_in_chroma(chroma, repo)
+    assert gone not in {m[0] for m in corpus.snapshot(repo).meta}
+    hits = BM25Index(corpus).search(repo, "send order confirmation email notification", 50)
+    assert gone not in {h.path for h in hits}
+
+
+def test_binary_ignored_oversize_and_bad_utf8_files(
+    sender: Any, settings: Settings, sample_copy: Path, chroma: ChromaVectorIndex,
+) -> None:
+    repo = new_repo()
+    (sample_copy / "shopapp/blob.py").write_bytes(b"x = 1\n\x00\x01\x02binary")
+    (sample_copy / "shopapp/huge.py").write_text("# big\n" * 40_000)
+
+    report = index(sender, sample_copy, repo, settings, max_bytes=100_000)
+
+    reasons = {s.path: s.reason for s in report.skipped}
+    assert reasons["shopapp/blob.py"] == "binary"
+    assert reasons["shopapp/huge.py"].startswith("oversize")
+    indexed = paths_in_chroma(chroma, repo)
+    assert "build/generated.py" not in indexed  # .gitignore'd
+    assert "shopapp/blob.py" not in indexed and "shopapp/huge.py" not in indexed
+    legacy = chroma._collection(repo).get(where={"path": "shopapp/locale/legacy_fr.py"},
+                                          include=["documents"])
+    assert legacy["documents"] and "\ufffd" in "".join(legacy["documents"])
+
+
+def test_index_file_and_remove_file_tasks_for_the_watcher(
+    sender: Any, chroma: ChromaVectorIndex, corpus: RedisCorpus,
+) -> None:
+    repo = new_repo()
+    text = "def refund(order):\n    return order.total_cents\n"
+    summary = enqueue_file(sender, repo, "billing/refunds.py", text).get(timeout=60)
+    assert summary["embedded"] == 1
+    assert paths_in_chroma(chroma, repo) == {"billing/refunds.py"}
+    again = enqueue_file(sender, repo, "billing/refunds.py", text).get(timeout=60)
+    assert again["embedded"] == 0
+
+    removed = enqueue_remove(sender, repo, "billing/refunds.py").get(timeout=60)
+
+    assert removed["removed_chunks"] == 1
+    assert paths_in_chroma(chroma, repo) == set()
+    assert corpus.snapshot(repo).ids == []
+
+
+def test_missing_embed_model_fails_the_index_with_an_ollama_pull_hint(
+    sender: Any, settings: Settings, sample_copy: Path, ollama_sim: OllamaSimulator,
+) -> None:
+    models = ollama_sim.config["models"]
+    ollama_sim.configure(models=[m for m in models if m != settings.embed_model])
+    try:
+        report = index(sender, sample_copy, new_repo(), settings)
+    finally:
+        ollama_sim.configure(models=models)
+    assert report.failed
+    assert f"ollama pull {settings.embed_model}" in report.failed[0]
+    assert report.removed_files == []  # nothing pruned after a failed run

@@ -1,0 +1,59 @@
+"""docker-compose.yml cannot run here (no Docker engine), so its topology is checked by reading."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shared.queues import ALL_QUEUES, MODEL_QUEUES
+
+COMPOSE = Path(__file__).parents[2] / "docker-compose.yml"
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text())["services"]
+
+
+def option(command: list[str], name: str) -> str | None:
+    return command[command.index(name) + 1] if name in command else None
+
+
+def consumers(services: dict[str, Any]) -> dict[str, list[tuple[str, str | None]]]:
+    found: dict[str, list[tuple[str, str | None]]] = {}
+    for name, svc in services.items():
+        cmd = svc.get("command") or []
+        if cmd[:2] == ["tracehound", "worker"]:
+            for queue in (option(cmd, "--queues") or "").split(","):
+                found.setdefault(queue, []).append((name, option(cmd, "--concurrency")))
+    return found
+
+
+def test_every_queue_has_a_consumer(services: dict[str, Any]) -> None:
+    assert set(consumers(services)) == set(ALL_QUEUES)
+
+
+def test_model_queues_have_one_consumer_at_concurrency_one(services: dict[str, Any]) -> None:
+    found = consumers(services)
+    for queue in MODEL_QUEUES:
+        [(service, concurrency)] = found[queue]
+        assert concurrency == "1", service
+        assert services[service].get("deploy", {}).get("replicas", 1) == 1
+
+
+def test_workers_reach_redis_chroma_and_the_hosts_ollama(services: dict[str, Any]) -> None:
+    env = services["worker-llm"]["environment"]
+    assert env["TRACEHOUND_REDIS_URL"] == "redis://redis:6379/0"
+    assert env["TRACEHOUND_CHROMA_URL"] == "http://chroma:8000"
+    assert env["TRACEHOUND_OLLAMA_URL"].endswith(":-http://host.docker.internal:11434}")
+    assert "host.docker.internal:host-gateway" in services["worker-llm"]["extra_hosts"]
+
+
+def test_redis_is_append_only_and_chroma_keeps_a_volume(services: dict[str, Any]) -> None:
+    redis_cmd = services["redis"]["command"]
+    assert option(redis_cmd, "--appendonly") == "yes"
+    assert any(v.endswith(":/data") for v in services["redis"]["volumes"])
+    assert any(v.startswith("chroma-data:") for v in services["chroma"]["volumes"])
