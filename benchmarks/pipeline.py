@@ -85,8 +85,8 @@ def main() -> int:
     ms = 1000.0
     print(f"\nPipeline overhead, {args.errors} errors, zero-latency simulators "
           f"(2 cores; workers: embed, rerank, llm at -c 1, cpu at -c 2)\n")
-    print(f"| mode       | p50 ms | p95 ms | max ms | mean ms | throughput |")
-    print(f"|------------|-------:|-------:|-------:|--------:|-----------:|")
+    print("| mode       | p50 ms | p95 ms | max ms | mean ms | throughput |")
+    print("|------------|-------:|-------:|-------:|--------:|-----------:|")
     print(f"| sequential | {pct(sequential, .5) * ms:6.0f} | {pct(sequential, .95) * ms:6.0f} | "
           f"{max(sequential) * ms:6.0f} | {statistics.mean(sequential) * ms:7.0f} | "
           f"{len(sequential) / sum(sequential):6.1f} / s |")

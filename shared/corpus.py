@@ -13,6 +13,7 @@ import json
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import redis
 
@@ -48,7 +49,7 @@ class RedisCorpus:
     def add(self, repo: str, chunks: Sequence[Chunk]) -> None:
         if not chunks:
             return
-        docs = {
+        docs: dict[Any, Any] = {
             c.id: json.dumps(
                 {
                     "p": c.path,
@@ -59,7 +60,9 @@ class RedisCorpus:
             )
             for c in chunks
         }
-        texts = {c.id: zlib.compress(c.text.encode("utf-8", errors="replace")) for c in chunks}
+        texts: dict[Any, Any] = {
+            c.id: zlib.compress(c.text.encode("utf-8", errors="replace")) for c in chunks
+        }
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(self._key(repo, "docs"), mapping=docs)
         pipe.hset(self._key(repo, "text"), mapping=texts)
@@ -95,7 +98,7 @@ class RedisCorpus:
         if not ids:
             return []
         raw = self.r.hmget(self._key(repo, "text"), list(ids))
-        return [zlib.decompress(v).decode("utf-8") if v else "" for v in raw]
+        return [zlib.decompress(cast(bytes, v)).decode("utf-8") if v else "" for v in raw]
 
     def snapshot(self, repo: str) -> CorpusSnapshot:
         """All documents at one version (read in one MULTI so the two agree)."""

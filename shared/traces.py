@@ -70,7 +70,8 @@ def event_from_json(
     """A JSON event (ours, or a log shipper's common shape) as an ErrorEvent."""
     if not isinstance(record, dict):
         raise PermanentError("event must be a JSON object")
-    nested = record.get("error") if isinstance(record.get("error"), dict) else {}
+    error_field = record.get("error")
+    nested: dict[str, Any] = error_field if isinstance(error_field, dict) else {}
     stack = _first(record, STACK_FIELDS) or _first(nested, STACK_FIELDS)
     message = _first(record, MESSAGE_FIELDS) or _first(nested, ("message", "msg"))
     svc = record.get("service") or service

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlparse
@@ -116,15 +117,13 @@ class ChromaVectorIndex:
         for i in range(0, len(chunks), UPSERT_BATCH):
             part = chunks[i : i + UPSERT_BATCH]
             part_vectors = [list(v) for v in vectors[i : i + UPSERT_BATCH]]
-            _guard(
-                "upsert",
-                lambda part=part, part_vectors=part_vectors: col.upsert(
-                    ids=[c.id for c in part],
-                    embeddings=part_vectors,
-                    documents=[c.text for c in part],
-                    metadatas=[c.metadata() for c in part],
-                ),
-            )
+            kwargs: dict[str, Any] = {
+                "ids": [c.id for c in part],
+                "embeddings": part_vectors,
+                "documents": [c.text for c in part],
+                "metadatas": [c.metadata() for c in part],
+            }
+            _guard("upsert", partial(col.upsert, **kwargs))
 
     def delete(self, repo: str, ids: Sequence[str]) -> None:
         if ids:

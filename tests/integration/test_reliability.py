@@ -1,0 +1,55 @@
+"""Nothing is lost when a worker process dies mid-task."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+import pytest
+
+from shared.localstack import LocalStack
+from shared.pipeline import enqueue_error
+from shared.reindex import index_repository
+from shared.settings import Settings
+from shared.simulators.ollama import OllamaSimulator
+from shared.traces import parse_error_input
+from tests.conftest import DATA, SAMPLE_SERVICE
+
+pytestmark = pytest.mark.integration
+
+
+def pool_children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_llm_worker_child_killed_mid_analysis_the_task_runs_again(
+    stack: LocalStack, sender: Any, settings: Settings, ollama_sim: OllamaSimulator,
+) -> None:
+    index_repository(sender, SAMPLE_SERVICE, "sample-kill", max_bytes=settings.max_file_bytes,
+                     timeout=120)
+    llm = next(p for p in stack.procs if p.name == "worker-llm")
+    ollama_sim.clear_log()
+    ollama_sim.configure(latency={"chat": 3.0})
+    try:
+        event = parse_error_input((DATA / "sample-error.txt").read_text(), service="shop-api",
+                                  repo="sample-kill")
+        result = enqueue_error(sender, event)
+        deadline = time.monotonic() + 60
+        while not ollama_sim.requests_to("/api/chat") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ollama_sim.requests_to("/api/chat"), "analysis never reached the model"
+        [child] = pool_children(llm.popen.pid)
+        os.kill(child, signal.SIGKILL)  # what the OOM killer does to a busy model worker
+
+        notification = result.get(timeout=120)
+    finally:
+        ollama_sim.configure(latency={})
+
+    assert llm.alive()  # the pool replaced its child
+    assert len(ollama_sim.requests_to("/api/chat")) >= 2  # the analysis ran again
+    assert not notification["analysis"]["degraded"]
+    assert [v["queue"] for v in notification["trail"]][-2:] == ["llm", "notify"]
