@@ -105,7 +105,11 @@ _ITALIC = re.compile(r"(?<!\w)_([^_\n]+)_(?!\w)")
 
 def plain(text: str) -> str:
     """mrkdwn (with its escapes) as terminal text."""
-    text = _ITALIC.sub(r"\1", _BOLD.sub(r"\1", text.replace("```", "")))
+    # Odd segments between ``` fences are code: shown as they are (``*args`` stays).
+    parts = text.split("```")
+    for i in range(0, len(parts), 2):
+        parts[i] = _ITALIC.sub(r"\1", _BOLD.sub(r"\1", parts[i]))
+    text = "".join(parts)
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 

@@ -90,7 +90,10 @@ def _gitignore_spec(root: Path) -> pathspec.PathSpec:
                 # A pattern with a slash (other than trailing) is anchored to its .gitignore's dir.
                 anchored = "/" in pat.rstrip("/")
                 pat = pat.lstrip("/")
-                full = prefix + pat if anchored else prefix + "**/" + pat if prefix else pat
+                if anchored:
+                    full = prefix + pat if prefix else "/" + pat
+                else:
+                    full = prefix + "**/" + pat if prefix else pat
                 lines.append(("!" if neg else "") + full)
     return pathspec.GitIgnoreSpec.from_lines(lines)
 

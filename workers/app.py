@@ -26,11 +26,13 @@ def _configure(sender: Celery, **_: Any) -> None:
 
 
 def task_options(name: str) -> dict[str, Any]:
-    """Name, queue and time limits of a task, from the one routing table."""
+    """Name and time limits of a task; its queue comes from task_routes (the routing table).
+
+    A ``queue=`` on the decorator is deprecated in Celery 5.x and ignored from 6.0.
+    """
     hard = queues.TIME_LIMITS[name]
     return {
         "name": name,
-        "queue": queues.ROUTES[name],
         "bind": True,
         "time_limit": hard,
         "soft_time_limit": hard - 10,

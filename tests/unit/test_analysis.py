@@ -1,0 +1,234 @@
+"""Unit tests of the LLM stage: prompt building, reply validation, repair and degradation."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from typing import Any
+
+import pytest
+
+from shared.analysis import (
+    PROMPT_CODE_MAX_CHARS,
+    PROMPT_ERROR_MAX_CHARS,
+    analysis_schema,
+    analyze,
+    build_messages,
+    parse_reply,
+)
+from shared.domain import AnalysisReply, Candidate, ChunkHit, ErrorEvent
+from shared.errors import TransientError
+
+EVENT = ErrorEvent(
+    service="checkout",
+    repo="shop",
+    message="division by zero",
+    exception_type="ZeroDivisionError",
+    stacktrace='Traceback (most recent call last):\n  File "shop/pricing.py", line 12\n'
+    "ZeroDivisionError: division by zero",
+)
+
+VALID = {
+    "summary": "Average price divides by an empty cart's item count.",
+    "hypotheses": [
+        {"cause": "Empty cart reaches average()", "confidence": 0.8, "evidence": ["p.py:10-14"]}
+    ],
+    "suggested_fix": "Return 0 for an empty cart in shop/pricing.py average().",
+    "relevant_files": [{"path": "shop/pricing.py", "start_line": 10, "end_line": 14}],
+    "confidence": 0.8,
+}
+
+
+def prompt_file(name: str) -> str:
+    return resources.files("shared").joinpath("prompts", name).read_text("utf-8")
+
+
+def candidate(path: str, start: int, end: int, text: str) -> Candidate:
+    chunk = ChunkHit(chunk_id=path, path=path, start_line=start, end_line=end, text=text, score=0.1)
+    return Candidate(path=path, score=0.1, chunks=[chunk])
+
+
+def user_prompt(messages: list[dict[str, str]]) -> str:
+    [user] = [m["content"] for m in messages if m["role"] == "user"]
+    return user
+
+
+# ------------------------------------------------------------------ build_messages
+
+
+def test_error_message_and_trace_are_inside_the_error_tag() -> None:
+    user = user_prompt(build_messages(EVENT, []))
+    [error] = re.findall(r"<error>\n(.*?)\n</error>", user, re.DOTALL)
+    assert error.startswith("division by zero\nTraceback")
+    assert error.endswith("ZeroDivisionError: division by zero")
+
+
+def test_candidates_are_tagged_with_rank_path_and_lines_in_rank_order() -> None:
+    cands = [
+        candidate("shop/pricing.py", 10, 14, "def average(items): ..."),
+        candidate("shop/cart.py", 1, 30, "class Cart: ..."),
+    ]
+    user = user_prompt(build_messages(EVENT, cands))
+    tags = re.findall(r"<candidate ([^>]*)>", user)
+    assert tags == [
+        'rank="1" path="shop/pricing.py" lines="10-14"',
+        'rank="2" path="shop/cart.py" lines="1-30"',
+    ]
+    assert user.index("def average(items)") < user.index("class Cart")
+
+
+def test_prompt_names_service_and_exception() -> None:
+    user = user_prompt(build_messages(EVENT, []))
+    assert "Service: checkout" in user
+    assert "Exception: ZeroDivisionError" in user
+
+
+def test_no_candidates_says_retrieval_found_no_code() -> None:
+    assert "(retrieval found no code)" in user_prompt(build_messages(EVENT, []))
+
+
+def test_messages_come_from_the_template_files() -> None:
+    messages = build_messages(EVENT, [])
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert messages[0]["content"] == prompt_file("analysis_system.txt")
+    for line in prompt_file("analysis_user.txt").splitlines():
+        if line.strip() and "$" not in line:
+            assert line in messages[1]["content"]
+
+
+def test_many_huge_candidates_stay_within_the_code_budget_best_first() -> None:
+    cands = [
+        candidate(f"shop/mod_{i}.py", 1, 60, f"# module {i}\n" + "x = 1\n" * 20_000)
+        for i in range(50)
+    ]
+    user = user_prompt(build_messages(EVENT, cands))
+    unbounded = sum(len(c.chunks[0].text) for c in cands)
+    assert unbounded > 5_000_000
+    assert len(user) < PROMPT_CODE_MAX_CHARS + PROMPT_ERROR_MAX_CHARS + 2_000
+    assert 'rank="1" path="shop/mod_0.py"' in user
+    assert "</candidate>" in user  # every block that is in is closed
+
+
+def test_huge_error_keeps_its_tail_within_the_error_budget() -> None:
+    trace = "\n".join(f"  at frame_{i}" for i in range(50_000)) + "\nValueError: the real cause"
+    event = EVENT.model_copy(update={"stacktrace": trace})
+    user = user_prompt(build_messages(event, []))
+    [error] = re.findall(r"<error>\n(.*?)\n</error>", user, re.DOTALL)
+    assert len(error) <= PROMPT_ERROR_MAX_CHARS + 20
+    assert error.endswith("ValueError: the real cause")
+    assert "trimmed" in error
+
+
+# -------------------------------------------------------------------- parse_reply
+
+
+def test_valid_reply_is_accepted() -> None:
+    reply = parse_reply(json.dumps(VALID))
+    assert reply.confidence == 0.8
+    assert reply.relevant_files[0].path == "shop/pricing.py"
+
+
+def test_json_in_a_code_fence_is_accepted() -> None:
+    assert parse_reply("```json\n" + json.dumps(VALID) + "\n```").summary == VALID["summary"]
+
+
+def test_confidence_above_one_is_rejected_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="confidence"):
+        parse_reply(json.dumps({**VALID, "confidence": 1.5}))
+
+
+def test_hypothesis_confidence_above_one_is_rejected_naming_the_field() -> None:
+    bad = {**VALID, "hypotheses": [{"cause": "x", "confidence": 3, "evidence": []}]}
+    with pytest.raises(ValueError, match=r"hypotheses\.0\.confidence"):
+        parse_reply(json.dumps(bad))
+
+
+@pytest.mark.parametrize("field", ["summary", "hypotheses", "suggested_fix", "relevant_files"])
+def test_missing_field_is_rejected_naming_the_field(field: str) -> None:
+    reply = {k: v for k, v in VALID.items() if k != field}
+    with pytest.raises(ValueError, match=field):
+        parse_reply(json.dumps(reply))
+
+
+@pytest.mark.parametrize("text", ["", "The error is in pricing.py.", "{'summary': 'x'}", "[1, 2]"])
+def test_non_json_reply_is_rejected(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_reply(text)
+
+
+# ------------------------------------------------------------------------ analyze
+
+
+class ScriptedChat:
+    """An in-memory ChatModel: returns its replies in order and records what it was sent."""
+
+    model = "test-llm"
+
+    def __init__(self, *replies: str | Exception) -> None:
+        self.replies = list(replies)
+        self.calls: list[tuple[list[dict[str, str]], dict[str, Any]]] = []
+
+    def complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
+        self.calls.append((messages, schema))
+        reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+
+CANDS = [candidate("shop/pricing.py", 10, 14, "def average(items): return sum(items)/len(items)")]
+
+
+def test_valid_first_reply_gives_an_analysis_that_is_not_degraded() -> None:
+    chat = ScriptedChat(json.dumps(VALID))
+    analysis = analyze(EVENT, CANDS, chat)
+    assert not analysis.degraded
+    assert analysis.summary == VALID["summary"]
+    assert analysis.model == "test-llm"
+    assert len(chat.calls) == 1
+
+
+def test_schema_sent_to_the_model_is_the_reply_schema() -> None:
+    chat = ScriptedChat(json.dumps(VALID))
+    analyze(EVENT, CANDS, chat)
+    assert chat.calls[0][1] == analysis_schema() == AnalysisReply.model_json_schema()
+
+
+def test_invalid_then_valid_reply_is_repaired_with_the_problem_explained() -> None:
+    first = json.dumps({**VALID, "confidence": 7})
+    chat = ScriptedChat(first, json.dumps(VALID))
+    analysis = analyze(EVENT, CANDS, chat)
+    assert not analysis.degraded
+    assert len(chat.calls) == 2
+    second_messages = chat.calls[1][0]
+    assert second_messages[: len(chat.calls[0][0])] == chat.calls[0][0]
+    assert {"role": "assistant", "content": first} in second_messages
+    repair = second_messages[-1]["content"]
+    assert second_messages[-1]["role"] == "user"
+    problem = re.search(r"Problem: (.*)", repair)
+    assert problem and "confidence" in problem.group(1)  # says what was wrong
+    assert first in repair  # and quotes the answer being repaired
+
+
+def test_invalid_twice_gives_a_degraded_analysis_keeping_the_raw_reply() -> None:
+    chat = ScriptedChat("not json", "still not json")
+    analysis = analyze(EVENT, CANDS, chat)
+    assert analysis.degraded
+    assert analysis.raw_text == "still not json"
+    assert analysis.degraded_reason and "not valid JSON" in analysis.degraded_reason
+    assert analysis.confidence == 0.0
+    assert analysis.model == "test-llm"
+    assert len(chat.calls) == 2
+
+
+def test_transient_chat_failure_propagates_for_the_task_to_retry() -> None:
+    chat = ScriptedChat(TransientError("chat with test-llm: timed out"))
+    with pytest.raises(TransientError, match="timed out"):
+        analyze(EVENT, CANDS, chat)
+
+
+def test_transient_failure_during_repair_propagates() -> None:
+    chat = ScriptedChat("not json", TransientError("HTTP 503"))
+    with pytest.raises(TransientError):
+        analyze(EVENT, CANDS, chat)

@@ -1,0 +1,136 @@
+"""Unit tests of the one Settings object: environment prefix, secret masking, validation."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from shared.settings import Settings, mask_url_password
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only what a test sets: nothing from the shell that runs the suite."""
+    for name in list(os.environ):
+        if name.upper().startswith("TRACEHOUND_"):
+            monkeypatch.delenv(name)
+
+
+def test_values_are_read_from_tracehound_prefixed_variables(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRACEHOUND_OLLAMA_URL", "http://gpu-box:11434")
+    monkeypatch.setenv("TRACEHOUND_TOP_K", "7")
+    monkeypatch.setenv("TRACEHOUND_DATA_DIR", "/var/lib/th")
+    s = Settings()
+    assert s.ollama_url == "http://gpu-box:11434"
+    assert s.top_k == 7
+    assert s.data_dir == Path("/var/lib/th")
+
+
+def test_unprefixed_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OLLAMA_URL", "http://elsewhere:1")
+    monkeypatch.setenv("TOP_K", "9")
+    s = Settings()
+    assert s.ollama_url == "http://127.0.0.1:11434"
+    assert s.top_k == 5
+
+
+def test_invalid_number_in_the_environment_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEHOUND_TOP_K", "lots")
+    with pytest.raises(ValidationError, match="top_k"):
+        Settings()
+
+
+def test_notifications_file_defaults_inside_the_data_dir() -> None:
+    assert Settings(data_dir=Path("/d")).notifications_path == Path("/d/notifications.jsonl")
+
+
+# --------------------------------------------------------------------------- masking
+
+
+def test_masked_hides_the_slack_token_and_the_rerank_api_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TRACEHOUND_SLACK_BOT_TOKEN", "xoxb-1234-secret")
+    monkeypatch.setenv("TRACEHOUND_SLACK_CHANNEL", "C0ONCALL")
+    monkeypatch.setenv("TRACEHOUND_SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T/B/zzz")
+    monkeypatch.setenv("TRACEHOUND_RERANK_BACKEND", "cohere")
+    monkeypatch.setenv("TRACEHOUND_RERANK_URL", "https://api.example.com")
+    monkeypatch.setenv("TRACEHOUND_RERANK_API_KEY", "sk-live-abcdef")
+    shown = Settings().masked()
+    printed = repr(shown)
+    for secret in ("xoxb-1234-secret", "sk-live-abcdef", "zzz"):
+        assert secret not in printed
+    assert shown["slack_bot_token"] == "********"
+    assert shown["rerank_api_key"] == "********"
+    assert shown["slack_channel"] == "C0ONCALL"  # not a secret
+
+
+def test_masked_hides_the_password_in_the_redis_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEHOUND_REDIS_URL", "redis://:secret@host:6379/0")
+    shown = Settings().masked()
+    assert shown["redis_url"] == "redis://:****@host:6379/0"
+
+
+def test_masked_values_are_plain_printable_values() -> None:
+    shown = Settings(data_dir=Path("/d")).masked()
+    assert shown["data_dir"] == "/d"
+    assert shown["slack_bot_token"] is None
+    assert shown["top_k"] == 5
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("redis://:secret@host:6379/0", "redis://:****@host:6379/0"),
+        ("redis://user:pw@host/1", "redis://user:****@host/1"),
+        ("http://admin:hunter2@chroma:8000", "http://admin:****@chroma:8000"),
+        ("redis://host:6379/0", "redis://host:6379/0"),
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+    ],
+)
+def test_mask_url_password(url: str, masked: str) -> None:
+    assert mask_url_password(url) == masked
+
+
+# ------------------------------------------------------------------------ validation
+
+
+def test_overlap_not_smaller_than_chunk_lines_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEHOUND_CHUNK_LINES", "20")
+    monkeypatch.setenv("TRACEHOUND_CHUNK_OVERLAP", "20")
+    with pytest.raises(ValidationError, match="chunk_overlap"):
+        Settings()
+
+
+def test_overlap_just_below_chunk_lines_is_accepted() -> None:
+    assert Settings(chunk_lines=20, chunk_overlap=19).chunk_overlap == 19
+
+
+def test_bot_token_without_a_channel_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEHOUND_SLACK_BOT_TOKEN", "xoxb-1")
+    with pytest.raises(ValidationError, match="TRACEHOUND_SLACK_CHANNEL"):
+        Settings()
+
+
+def test_rerank_backend_without_a_url_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEHOUND_RERANK_BACKEND", "llamacpp")
+    with pytest.raises(ValidationError, match="TRACEHOUND_RERANK_URL"):
+        Settings()
+
+
+def test_unknown_rerank_backend_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEHOUND_RERANK_BACKEND", "magic")
+    monkeypatch.setenv("TRACEHOUND_RERANK_URL", "http://x")
+    with pytest.raises(ValidationError, match="rerank_backend"):
+        Settings()
+
+
+def test_defaults_are_valid_without_any_environment() -> None:
+    s = Settings()
+    assert s.rerank_backend == "none"
+    assert s.chunk_overlap < s.chunk_lines
