@@ -181,6 +181,30 @@ def analyze(
 
 
 @cli.command()
+def ingest(
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    service: Annotated[
+        str | None, typer.Option(help="Service for events that do not name one.")
+    ] = None,
+) -> None:
+    """Serve POST /v1/events for log shippers (Vector, Fluent Bit); /healthz and /readyz."""
+    from producers.ingest import serve
+
+    settings = load_settings()
+    err.print(
+        f"tracehound ingest listening on http://{host}:{port}/v1/events"
+        + ("" if settings.ingest_token else " (no token: loopback only)"),
+        highlight=False,
+    )
+    try:
+        serve(settings, host=host, port=port, service=service)
+    except PermanentError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+@cli.command()
 def demo(
     repo_path: Annotated[Path, typer.Option(help="Service to index.")] = Path(
         "tests/data/sample-service"

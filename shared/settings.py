@@ -64,6 +64,12 @@ class Settings(BaseSettings):
     max_file_bytes: int = Field(1_000_000, ge=1)
     max_trace_bytes: int = Field(64_000, ge=1000)
 
+    # --- HTTP ingest ---
+    ingest_token: SecretStr | None = Field(
+        None, description="Bearer token log shippers must send to POST /v1/events."
+    )
+    ingest_max_body_bytes: int = Field(10_000_000, ge=1000)
+
     # --- notification ---
     slack_bot_token: SecretStr | None = None
     slack_channel: str | None = None

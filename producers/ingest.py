@@ -1,0 +1,241 @@
+"""HTTP ingest for log shippers: ``POST /v1/events`` → ErrorEvents → the analysis chain.
+
+Accepts one JSON object, a JSON array (Vector's ``http`` sink with the json codec, Fluent Bit's
+``http`` output with ``format json``) or NDJSON (``framing.method = "newline_delimited"`` /
+``format json_lines``), optionally gzip-compressed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import secrets
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Celery
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from shared.domain import ErrorEvent
+from shared.errors import PermanentError
+from shared.pipeline import enqueue_error
+from shared.settings import Settings
+from shared.traces import STACK_FIELDS, event_from_json
+
+log = logging.getLogger(__name__)
+
+ERROR_LEVELS = frozenset(
+    {"ERROR", "ERR", "FATAL", "CRITICAL", "CRIT", "ALERT", "EMERG", "EMERGENCY", "SEVERE", "PANIC"}
+)
+
+
+class BodyError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Batch:
+    accepted: list[ErrorEvent] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    ignored: list[dict[str, Any]] = field(default_factory=list)
+
+
+def decode_records(body: bytes) -> list[Any]:
+    """One object, an array, or NDJSON; a malformed NDJSON line is one bad record, not all."""
+    text = body.decode("utf-8", errors="replace").strip()
+    if not text:
+        raise BodyError(400, "empty body: send a JSON object, a JSON array or NDJSON")
+    try:
+        parsed = json.loads(text)
+        return parsed if isinstance(parsed, list) else [parsed]
+    except json.JSONDecodeError as whole:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        if len(lines) < 2:
+            raise BodyError(
+                400, f"malformed JSON: {whole.msg} at line {whole.lineno} column {whole.colno}"
+            ) from whole
+    records: list[Any] = []
+    for n, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            records.append(BodyError(400, f"malformed JSON on line {n}: {exc.msg}"))
+    return records
+
+
+def _level(record: dict[str, Any]) -> str | None:
+    for key in ("level", "severity", "log.level", "levelname", "severity_text"):
+        value = record.get(key)
+        if isinstance(value, str) and value:
+            return value.upper()
+    nested = record.get("log")
+    if isinstance(nested, dict) and isinstance(nested.get("level"), str):
+        return str(nested["level"]).upper()
+    return None
+
+
+def is_error(record: dict[str, Any]) -> bool:
+    """A stack trace, an error level, or no level at all (the sender chose to send it)."""
+    error = record.get("error")
+    if any(record.get(f) for f in STACK_FIELDS) or (isinstance(error, dict) and error.get("stack")):
+        return True
+    level = _level(record)
+    return level is None or level in ERROR_LEVELS
+
+
+def parse_batch(records: list[Any], *, service: str | None, max_trace_bytes: int) -> Batch:
+    batch = Batch()
+    for i, record in enumerate(records):
+        if isinstance(record, BodyError):
+            batch.rejected.append({"index": i, "error": str(record)})
+            continue
+        if not isinstance(record, dict):
+            batch.rejected.append(
+                {"index": i, "error": f"event must be a JSON object, got {type(record).__name__}"}
+            )
+            continue
+        if not is_error(record):
+            batch.ignored.append({"index": i, "reason": f"level {_level(record)} is not an error"})
+            continue
+        try:
+            batch.accepted.append(
+                event_from_json(record, service=service, repo=None, max_bytes=max_trace_bytes)
+            )
+        except PermanentError as exc:
+            batch.rejected.append({"index": i, "error": str(exc)})
+        except ValueError as exc:  # pydantic: a field of the wrong type
+            batch.rejected.append({"index": i, "error": _first_line(str(exc))})
+    return batch
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " ".join(lines[1:3]) if len(lines) > 1 else text
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, decompressed, refused with 413 once it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BodyError(413, f"body of {declared} bytes exceeds the limit of {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyError(413, f"body exceeds the limit of {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if request.headers.get("content-encoding", "").lower() in ("gzip", "x-gzip"):
+        try:
+            d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            body = d.decompress(body, limit + 1)
+        except (zlib.error, gzip.BadGzipFile) as exc:
+            raise BodyError(400, f"bad gzip body: {exc}") from exc
+        if len(body) > limit:
+            raise BodyError(413, f"decompressed body exceeds the limit of {limit} bytes")
+    return body
+
+
+def create_app(
+    sender: Celery,
+    *,
+    token: str | None,
+    max_body_bytes: int,
+    max_trace_bytes: int,
+    default_service: str | None = None,
+) -> Starlette:
+    """The ingest ASGI app; ``sender`` enqueues by task name (no worker code is imported)."""
+
+    def authorized(request: Request) -> bool:
+        if token is None:
+            return True
+        given = request.headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(value.strip(), token)
+
+    async def events(request: Request) -> JSONResponse:
+        if not authorized(request):
+            return JSONResponse(
+                {"error": "missing or wrong bearer token"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        try:
+            records = decode_records(await read_body(request, max_body_bytes))
+        except BodyError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        service = request.query_params.get("service") or default_service
+        batch = parse_batch(records, service=service, max_trace_bytes=max_trace_bytes)
+        for event in batch.accepted:
+            await run_in_threadpool(enqueue_error, sender, event)
+        log.info(
+            "ingest.batch",
+            extra={
+                "accepted": len(batch.accepted),
+                "rejected": len(batch.rejected),
+                "ignored": len(batch.ignored),
+            },
+        )
+        body = {
+            "accepted": [e.id for e in batch.accepted],
+            "rejected": batch.rejected,
+            "ignored": batch.ignored,
+        }
+        if batch.rejected and not batch.accepted and not batch.ignored:
+            first = batch.rejected[0]["error"]
+            return JSONResponse({**body, "error": first}, status_code=400)
+        return JSONResponse(body, status_code=202)
+
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> JSONResponse:
+        try:
+            await run_in_threadpool(_ping, sender)
+        except Exception as exc:  # any failure to reach the broker means not ready
+            return JSONResponse({"status": "unavailable", "redis": str(exc)}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    return Starlette(
+        routes=[
+            Route("/v1/events", events, methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+        ]
+    )
+
+
+def _ping(sender: Celery) -> None:
+    with sender.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=1, timeout=2)
+        conn.default_channel.client.ping()  # the broker's own redis client
+
+
+def serve(settings: Settings, *, host: str, port: int, service: str | None) -> None:
+    """Run the ingest server in the foreground (``tracehound ingest``)."""
+    import uvicorn
+
+    from shared.pipeline import sender_app
+
+    token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
+    if token is None and host not in ("127.0.0.1", "localhost", "::1"):
+        raise PermanentError(
+            f"refusing to listen on {host} without TRACEHOUND_INGEST_TOKEN: anyone who can "
+            "reach the port could flood the analysis queue"
+        )
+    app = create_app(
+        sender_app(settings),
+        token=token,
+        max_body_bytes=settings.ingest_max_body_bytes,
+        max_trace_bytes=settings.max_trace_bytes,
+        default_service=service,
+    )
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

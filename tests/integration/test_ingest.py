@@ -1,0 +1,132 @@
+"""``tracehound ingest``: what Vector and Fluent Bit send, through to a Slack message."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from shared.localstack import LocalStack, free_port, spawn, wait_until
+from shared.simulators.slack import SlackSimulator
+from tests.conftest import DATA
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "ingest-secret"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+TRACE = (DATA / "sample-error.txt").read_text()
+
+
+@pytest.fixture(scope="module")
+def ingest_url(stack: LocalStack) -> Iterator[str]:
+    port = free_port()
+    env = {**stack.env, "TRACEHOUND_INGEST_TOKEN": TOKEN,
+           "TRACEHOUND_INGEST_MAX_BODY_BYTES": "200000"}
+    proc = spawn("ingest", [str(Path(sys.executable).parent / "tracehound"), "ingest",
+                            "--port", str(port), "--service", "shop-api"],
+                 stack.workdir / "logs", env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: httpx.get(f"{url}/healthz", timeout=1).is_success, 30, "ingest")
+        yield url
+    finally:
+        proc.stop()
+
+
+def post(url: str, body: bytes | str, headers: dict[str, str] | None = None) -> httpx.Response:
+    data = body.encode() if isinstance(body, str) else body
+    return httpx.post(f"{url}/v1/events", content=data, headers={**AUTH, **(headers or {})},
+                      timeout=30)
+
+
+def delivered(slack_sim: SlackSimulator, event_ids: list[str], timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    found: set[str] = set()
+    while time.monotonic() < deadline and len(found) < len(event_ids):
+        blob = json.dumps([m.get("blocks") for m in slack_sim.messages])
+        found = {e for e in event_ids if e[:12] in blob}
+        time.sleep(0.2)
+    return len(found)
+
+
+def event(**fields: Any) -> dict[str, Any]:
+    return {"service": "shop-api", "repo": "sample", "message": "boom", **fields}
+
+
+def test_single_event_is_accepted_and_analyzed(ingest_url: str,
+                                               slack_sim: SlackSimulator) -> None:
+    r = post(ingest_url, json.dumps({"message": "ZeroDivisionError: division by zero",
+                                     "stack": TRACE, "repo": "sample"}))
+    assert r.status_code == 202, r.text
+    [event_id] = r.json()["accepted"]
+    assert delivered(slack_sim, [event_id]) == 1
+
+
+def test_vector_json_array_and_fluent_bit_ndjson_shapes(ingest_url: str,
+                                                        slack_sim: SlackSimulator) -> None:
+    vector = [event(stack_trace=TRACE), event(error={"message": "x", "stack": TRACE})]
+    fluent = "\n".join(json.dumps({"date": 1732950000.1, "log": "payment failed: card declined",
+                                   "level": "error", "repo": "sample"}) for _ in range(2))
+    r1 = post(ingest_url, json.dumps(vector), {"Content-Type": "application/json"})
+    r2 = post(ingest_url, fluent, {"Content-Type": "application/x-ndjson"})
+    assert r1.status_code == r2.status_code == 202
+    ids = r1.json()["accepted"] + r2.json()["accepted"]
+    assert len(ids) == 4
+    assert delivered(slack_sim, ids) == 4
+
+
+def test_gzip_body_is_accepted(ingest_url: str) -> None:
+    r = post(ingest_url, gzip.compress(json.dumps(event()).encode()),
+             {"Content-Encoding": "gzip"})
+    assert r.status_code == 202 and len(r.json()["accepted"]) == 1
+
+
+def test_batch_with_bad_events_accepts_the_good_ones_and_lists_the_rest(
+    ingest_url: str,
+) -> None:
+    body = "\n".join([json.dumps(event()), "{not json", json.dumps({"service": "x"}),
+                      json.dumps(event(level="info")), json.dumps([1])])
+    r = post(ingest_url, body)
+    assert r.status_code == 202
+    out = r.json()
+    assert len(out["accepted"]) == 1
+    errors = {item["index"]: item["error"] for item in out["rejected"]}
+    assert "malformed JSON on line 2" in errors[1]
+    assert "neither 'message' nor a stack" in errors[2]
+    assert "JSON object" in errors[4]
+    assert out["ignored"] == [{"index": 3, "reason": "level INFO is not an error"}]
+
+
+def test_only_bad_events_is_a_400_naming_the_problem(ingest_url: str) -> None:
+    r = post(ingest_url, json.dumps({"level": "error"}))
+    assert r.status_code == 400
+    assert "neither 'message' nor a stack" in r.json()["error"]
+    r = post(ingest_url, "{oops")
+    assert r.status_code == 400 and "malformed JSON" in r.json()["error"]
+
+
+def test_missing_or_wrong_token_is_401(ingest_url: str) -> None:
+    r = httpx.post(f"{ingest_url}/v1/events", content=json.dumps(event()))
+    assert r.status_code == 401
+    r = httpx.post(f"{ingest_url}/v1/events", content=json.dumps(event()),
+                   headers={"Authorization": "Bearer nope"})
+    assert r.status_code == 401
+
+
+def test_oversized_body_is_413(ingest_url: str) -> None:
+    big = json.dumps(event(stack="x" * 300_000))
+    assert post(ingest_url, big).status_code == 413
+    bomb = gzip.compress(b" " * 5_000_000)  # small on the wire, huge decompressed
+    assert post(ingest_url, bomb, {"Content-Encoding": "gzip"}).status_code == 413
+
+
+def test_readyz_reports_redis(ingest_url: str) -> None:
+    r = httpx.get(f"{ingest_url}/readyz", timeout=10)
+    assert r.status_code == 200 and r.json()["status"] == "ready"
