@@ -174,8 +174,8 @@ def create_app(
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         service = request.query_params.get("service") or default_service
         batch = parse_batch(records, service=service, max_trace_bytes=max_trace_bytes)
-        for event in batch.accepted:
-            await run_in_threadpool(enqueue_error, sender, event)
+        if batch.accepted:
+            await run_in_threadpool(_enqueue_all, sender, batch.accepted)
         log.info(
             "ingest.batch",
             extra={
@@ -211,6 +211,11 @@ def create_app(
             Route("/readyz", readyz, methods=["GET"]),
         ]
     )
+
+
+def _enqueue_all(sender: Celery, events: list[ErrorEvent]) -> None:
+    for event in events:
+        enqueue_error(sender, event)
 
 
 def _ping(sender: Celery) -> None:

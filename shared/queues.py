@@ -80,6 +80,5 @@ def celery_config(redis_url: str, *, max_retries: int, backoff_max: int) -> dict
         "broker_connection_retry_on_startup": True,
         "task_track_started": True,
         "worker_send_task_events": True,
-        "task_send_sent_event": True,
         "enable_utc": True,
     }
