@@ -6,6 +6,7 @@ everything else is the real thing, started here on free ports and stopped at the
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,3 +110,14 @@ def _clean_simulators(request: pytest.FixtureRequest) -> Iterator[None]:
         if name in request.fixturenames:
             sim = request.getfixturevalue(name)
             sim.reset_faults()
+
+
+@contextlib.contextmanager
+def model_not_pulled(sim: OllamaSimulator, model: str) -> Iterator[None]:
+    """The Ollama simulator answers 404 for ``model`` while inside the block."""
+    models = sim.config["models"]
+    sim.configure(models=[m for m in models if m != model])
+    try:
+        yield
+    finally:
+        sim.configure(models=models)

@@ -16,6 +16,7 @@ from shared.reindex import index_repository
 from shared.settings import Settings
 from shared.simulators.ollama import OllamaSimulator
 from shared.vectors import ChromaVectorIndex
+from tests.conftest import model_not_pulled
 
 pytestmark = pytest.mark.integration
 
@@ -138,12 +139,8 @@ def test_index_file_and_remove_file_tasks_for_the_watcher(
 def test_missing_embed_model_fails_the_index_with_an_ollama_pull_hint(
     sender: Any, settings: Settings, sample_copy: Path, ollama_sim: OllamaSimulator,
 ) -> None:
-    models = ollama_sim.config["models"]
-    ollama_sim.configure(models=[m for m in models if m != settings.embed_model])
-    try:
+    with model_not_pulled(ollama_sim, settings.embed_model):
         report = index(sender, sample_copy, new_repo(), settings)
-    finally:
-        ollama_sim.configure(models=models)
     assert report.failed
     assert f"ollama pull {settings.embed_model}" in report.failed[0]
     assert report.removed_files == []  # nothing pruned after a failed run

@@ -15,7 +15,7 @@ from shared.settings import Settings
 from shared.simulators.ollama import OllamaSimulator
 from shared.simulators.slack import SlackSimulator
 from shared.traces import parse_error_input
-from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL
+from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL, model_not_pulled
 
 pytestmark = pytest.mark.integration
 
@@ -145,12 +145,8 @@ def test_empty_error_text_still_produces_a_message(indexed: None, sender: Any) -
 def test_missing_llm_model_degrades_with_ollama_pull_hint(
     indexed: None, sender: Any, ollama_sim: OllamaSimulator, settings: Settings,
 ) -> None:
-    models = ollama_sim.config["models"]
-    ollama_sim.configure(models=[m for m in models if m != settings.llm_model])
-    try:
+    with model_not_pulled(ollama_sim, settings.llm_model):
         result = run(sender)
-    finally:
-        ollama_sim.configure(models=models)
     assert result["analysis"]["degraded"]
     assert f"ollama pull {settings.llm_model}" in result["analysis"]["degraded_reason"]
 
