@@ -29,21 +29,16 @@ import html
 import json
 import math
 import re
-import signal
-import socket
-import socketserver
-import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType, TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
+from shared.simulators._loopback import BaseHandler, LoopbackSimulator, run_until_signal
 from shared.tokens import tokenize
 
 DEFAULT_MODELS: tuple[str, ...] = ("nomic-embed-text", "qwen2.5-coder:7b", "bge-reranker-v2-m3")
@@ -52,7 +47,6 @@ LATENCY_KINDS: tuple[str, ...] = ("embed", "chat", "rerank")
 ANALYSIS_KEYS = frozenset(
     {"summary", "hypotheses", "suggested_fix", "relevant_files", "confidence"})
 _QUERY_PREFIXES = ("search_query: ", "search_document: ")
-_JSON = "application/json; charset=utf-8"
 _KEEP_ALIVE_ZERO = re.compile(r"^0+(\.0+)?(ns|us|µs|ms|s|m|h)?$")
 _ERROR_RE = re.compile(r"<error>(.*?)</error>", re.DOTALL)
 _CANDIDATE_RE = re.compile(r"<candidate\b([^>]*)>(.*?)</candidate>", re.DOTALL)
@@ -419,119 +413,11 @@ def schema_reply(schema: Mapping[str, Any], context: PromptContext | str) -> Any
 # ------------------------------------------------------------------------- HTTP plumbing
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128  # socketserver's default backlog of 5 resets bursts of clients
+class _Handler(BaseHandler):
+    """Ollama's wire details: plain-text 404s, compact JSON, chunked NDJSON streaming."""
 
-    def __init__(self, address: tuple[str, int], sim: OllamaSimulator) -> None:
-        self.sim = sim
-        self.closing = False
-        self.connections: set[socket.socket] = set()
-        self.connections_lock = threading.Lock()
-        super().__init__(address, _Handler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind calls getfqdn(), a reverse DNS lookup that can stall; skip it.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name = str(host)
-        self.server_port = int(port)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if self.closing or isinstance(sys.exc_info()[1], OSError):
-            return  # client went away or the simulator is stopping
-        super().handle_error(request, client_address)
-
-    def drop_connections(self) -> None:
-        with self.connections_lock:
-            connections = list(self.connections)
-        for conn in connections:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
     server_version = "OllamaSimulator/0"
-    on_complete: Callable[[int], None] | None = None
-
-    def version_string(self) -> str:
-        return self.server_version
-
-    def setup(self) -> None:
-        super().setup()
-        # Headers and body go out in separate writes; without TCP_NODELAY, Nagle plus the
-        # client's delayed ACK adds ~40 ms to every response.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        with self.server.connections_lock:
-            self.server.connections.add(self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            with self.server.connections_lock:
-                self.server.connections.discard(self.connection)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-    def _dispatch(self) -> None:
-        self.server.sim._handle(self)
-
-    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = _dispatch
-
-    def read_body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            parts: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline(65537).split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(parts)
-                parts.append(self.rfile.read(size))
-                self.rfile.readline(65537)
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length > 0 else b""
-
-    def _common_headers(self) -> None:
-        if self.server.closing:
-            self.close_connection = True
-            self.send_header("Connection", "close")
-
-    def mark_complete(self, status: int) -> None:
-        """Run the completion hook once, before the last bytes of the reply are written, so a
-        client that has its answer always sees the log entry and state already updated."""
-        hook, self.on_complete = self.on_complete, None
-        if hook is not None:
-            hook(status)
-
-    def send_bytes(self, status: int, data: bytes, content_type: str,
-                   headers: Mapping[str, str] | None = None) -> int:
-        self.mark_complete(status)
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self._common_headers()
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-        return status
-
-    def send_json(self, status: int, payload: Any) -> int:
-        data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        return self.send_bytes(status, data, _JSON)
-
-    def send_text(self, status: int, text: str,
-                  content_type: str = "text/plain; charset=utf-8") -> int:
-        return self.send_bytes(status, text.encode("utf-8"), content_type)
+    json_separators = (",", ":")
 
     def start_chunked(self, status: int, content_type: str) -> None:
         self.send_response(status)
@@ -606,13 +492,17 @@ def _not_found(model: str) -> _HttpError:
     return _HttpError(404, f'model "{model}" not found, try pulling it first')
 
 
-class OllamaSimulator:
+class OllamaSimulator(LoopbackSimulator):
     """SIMULATOR of an Ollama server (plus rerank endpoints) on ``127.0.0.1``: a test double.
 
     ``start()`` binds (port 0 = a free port) and serves in a daemon thread; ``stop()`` also
     drops kept-alive client connections, so a stopped simulator looks like a dead server, and a
     later ``start()`` comes back on the same port. Log, faults and state survive a restart.
     """
+
+    handler_class = _Handler
+    display_name = "OllamaSimulator"
+    thread_name = "ollama-simulator"
 
     def __init__(
         self,
@@ -626,76 +516,21 @@ class OllamaSimulator:
         chat_reply: str | None = None,
         chat_replies: Iterable[str] | None = None,
     ) -> None:
-        self._host = host
-        self._port = port
-        self._lock = threading.Lock()
+        super().__init__(host=host, port=port)
         self._load_lock = threading.Lock()
         self._config = _Config()
         self._faults: dict[str, _Fault] = {}
-        self._log: list[dict[str, Any]] = []
-        self._next_id = 1
         self._loaded: str | None = None
         self._loaded_at = 0.0
         self._load_count = 0
         self._swap_count = 0
         self._unload_count = 0
         self._model_events: list[dict[str, Any]] = []
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
         self.configure(
             models=list(models) if models is not None else list(DEFAULT_MODELS), dim=dim,
             latency=dict(latency or {}), load_seconds=load_seconds, chat_reply=chat_reply,
             chat_replies=list(chat_replies or []),
         )
-
-    # ---------------------------------------------------------------- lifecycle
-
-    def start(self) -> OllamaSimulator:
-        if self._server is not None:
-            raise RuntimeError("OllamaSimulator already started")
-        server = _Server((self._host, self._port), self)
-        self._server = server
-        self._port = server.server_port  # a restart after stop() comes back on the same port
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05},
-            name=f"ollama-simulator:{server.server_port}", daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        server, thread = self._server, self._thread
-        if server is None:
-            return
-        server.closing = True
-        server.shutdown()
-        server.drop_connections()
-        server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> OllamaSimulator:
-        return self.start() if self._server is None else self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("OllamaSimulator is not started")
-        return self._server.server_port
-
-    @property
-    def url(self) -> str:
-        return f"http://{self._host}:{self.port}"
 
     # ------------------------------------------------------------ configuration
 
@@ -764,19 +599,6 @@ class OllamaSimulator:
     # -------------------------------------------------------------------- state
 
     @property
-    def requests(self) -> list[dict[str, Any]]:
-        """Copies of the log entries, in arrival order (control ``/_sim/*`` calls excluded)."""
-        with self._lock:
-            return copy.deepcopy(self._log)
-
-    def requests_to(self, path: str) -> list[dict[str, Any]]:
-        return [entry for entry in self.requests if entry["path"] == path]
-
-    def clear_log(self) -> None:
-        with self._lock:
-            self._log.clear()
-
-    @property
     def loaded_model(self) -> str | None:
         with self._lock:
             return self._loaded
@@ -837,9 +659,7 @@ class OllamaSimulator:
             "model": model if isinstance(model, str) else None, "body": body, "status": None,
         }
         with self._lock:
-            entry["id"] = self._next_id
-            self._next_id += 1
-            self._log.append(entry)
+            self._record(entry)
             fault = self._take_fault(path)
 
         def complete(status: int) -> None:
@@ -1263,22 +1083,7 @@ def main(argv: list[str] | None = None) -> int:
     sim = OllamaSimulator(
         host=args.host, port=args.port, dim=args.dim, load_seconds=args.load_seconds,
         models=[m.strip() for m in args.models.split(",") if m.strip()], latency=latency)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    sim.start()
-    try:
-        print(sim.url, flush=True)
-        while not stop.wait(0.2):
-            pass
-    finally:
-        sim.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 0
+    return run_until_signal(sim)
 
 
 if __name__ == "__main__":

@@ -25,25 +25,20 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import signal
-import socket
-import socketserver
-import sys
-import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import FrameType, MappingProxyType, TracebackType
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
+
+from shared.simulators._loopback import BaseHandler, LoopbackSimulator, run_until_signal
 
 WEBHOOK = "webhook"  # pseudo method name for incoming webhooks in fail() and the log
 RATE_LIMITED_METHODS = frozenset({"chat.postMessage", WEBHOOK})
 TEAM: Mapping[str, str] = MappingProxyType({
     "team": "sim", "user": "tracehound", "team_id": "T0SIM", "user_id": "U0SIM",
     "bot_id": "B0SIM"})
-_JSON = "application/json; charset=utf-8"
 _JSON_FIELDS = ("blocks", "attachments", "metadata")
 _TS_BASE_MICROS = 1_700_000_000_000_000
 _MAX_BLOCKS = 50
@@ -102,107 +97,11 @@ def _text_errors(obj: Any, limit: int, where: str, kinds: tuple[str, ...]) -> li
 # ------------------------------------------------------------------------- HTTP plumbing
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128  # socketserver's default backlog of 5 resets bursts of clients
+class _Handler(BaseHandler):
+    """Slack's wire details: default JSON separators, text replies as ``text/html``."""
 
-    def __init__(self, address: tuple[str, int], sim: SlackSimulator) -> None:
-        self.sim = sim
-        self.closing = False
-        self.connections: set[socket.socket] = set()
-        self.connections_lock = threading.Lock()
-        super().__init__(address, _Handler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind calls getfqdn(), a reverse DNS lookup that can stall; skip it.
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name = str(host)
-        self.server_port = int(port)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        if self.closing or isinstance(sys.exc_info()[1], OSError):
-            return
-        super().handle_error(request, client_address)
-
-    def drop_connections(self) -> None:
-        with self.connections_lock:
-            connections = list(self.connections)
-        for conn in connections:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
     server_version = "SlackSimulator/0"
-
-    def version_string(self) -> str:
-        return self.server_version
-
-    def setup(self) -> None:
-        super().setup()
-        # Headers and body go out in separate writes; without TCP_NODELAY, Nagle plus the
-        # client's delayed ACK adds ~40 ms to every response.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        with self.server.connections_lock:
-            self.server.connections.add(self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            with self.server.connections_lock:
-                self.server.connections.discard(self.connection)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-    def _dispatch(self) -> None:
-        self.server.sim._handle(self)
-
-    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = _dispatch
-
-    def read_body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            parts: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline(65537).split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
-                        pass
-                    return b"".join(parts)
-                parts.append(self.rfile.read(size))
-                self.rfile.readline(65537)
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length > 0 else b""
-
-    def send_bytes(self, status: int, data: bytes, content_type: str,
-                   headers: Mapping[str, str] | None = None) -> int:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        if self.server.closing:
-            self.close_connection = True
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-        return status
-
-    def send_json(self, status: int, payload: Any,
-                  headers: Mapping[str, str] | None = None) -> int:
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        return self.send_bytes(status, data, _JSON, headers)
-
-    def send_text(self, status: int, text: str, headers: Mapping[str, str] | None = None) -> int:
-        return self.send_bytes(status, text.encode("utf-8"), "text/html; charset=utf-8", headers)
+    text_content_type = "text/html; charset=utf-8"
 
 
 # ------------------------------------------------------------------------------ simulator
@@ -234,13 +133,17 @@ def _strip_channel(channel: str) -> str:
     return channel[1:] if channel.startswith("#") else channel
 
 
-class SlackSimulator:
+class SlackSimulator(LoopbackSimulator):
     """SIMULATOR of the Slack Web API and incoming webhooks on ``127.0.0.1``: a test double.
 
     ``valid_tokens=None`` accepts any token starting with ``xoxb-``; ``channels=None`` accepts
     any channel. ``start()`` binds (port 0 = a free port) and serves in a daemon thread;
     ``stop()`` drops kept-alive connections too; a later ``start()`` reuses the same port.
     """
+
+    handler_class = _Handler
+    display_name = "SlackSimulator"
+    thread_name = "slack-simulator"
 
     def __init__(
         self,
@@ -251,71 +154,18 @@ class SlackSimulator:
         channels: Iterable[str] | None = None,
         latency: float = 0.0,
     ) -> None:
-        self._host = host
-        self._port = port
-        self._lock = threading.Lock()
+        super().__init__(host=host, port=port)
         self._valid_tokens: set[str] | None = None
         self._channels: set[str] | None = None
         self._latency = 0.0
         self._rate_limit_remaining = 0
         self._retry_after = 1
         self._faults: dict[str, _Fault] = {}
-        self._log: list[dict[str, Any]] = []
         self._messages: list[dict[str, Any]] = []
-        self._next_id = 1
         self._ts_counter = 0
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
         self.configure(valid_tokens=valid_tokens, channels=channels, latency=latency)
 
-    # ---------------------------------------------------------------- lifecycle
-
-    def start(self) -> SlackSimulator:
-        if self._server is not None:
-            raise RuntimeError("SlackSimulator already started")
-        server = _Server((self._host, self._port), self)
-        self._server = server
-        self._port = server.server_port  # a restart after stop() comes back on the same port
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05},
-            name=f"slack-simulator:{server.server_port}", daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        server, thread = self._server, self._thread
-        if server is None:
-            return
-        server.closing = True
-        server.shutdown()
-        server.drop_connections()
-        server.server_close()
-        if thread is not None:
-            thread.join(timeout=5)
-        self._server = None
-        self._thread = None
-
-    def __enter__(self) -> SlackSimulator:
-        return self.start() if self._server is None else self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("SlackSimulator is not started")
-        return self._server.server_port
-
-    @property
-    def url(self) -> str:
-        return f"http://{self._host}:{self.port}"
+    # ---------------------------------------------------------------- URLs
 
     @property
     def api_url(self) -> str:
@@ -399,19 +249,9 @@ class SlackSimulator:
 
     # -------------------------------------------------------------------- state
 
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        """Copies of the log entries in arrival order (``/_sim/*`` calls excluded)."""
-        with self._lock:
-            return copy.deepcopy(self._log)
-
     def requests_to(self, path: str) -> list[dict[str, Any]]:
         """Entries whose path is ``path``; ``"chat.postMessage"`` also matches its API path."""
         return [e for e in self.requests if path in (e["path"], e.get("api_method"))]
-
-    def clear_log(self) -> None:
-        with self._lock:
-            self._log.clear()
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -457,9 +297,7 @@ class SlackSimulator:
             "token": token, "status": None, "error": None,
         }
         with self._lock:
-            entry["id"] = self._next_id
-            self._next_id += 1
-            self._log.append(entry)
+            self._record(entry)
             latency = self._latency
         if latency:
             time.sleep(latency)
@@ -744,22 +582,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sim = SlackSimulator(host=args.host, port=args.port, valid_tokens=split(args.tokens),
                          channels=split(args.channels), latency=args.latency)
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    sim.start()
-    try:
-        print(sim.url, flush=True)
-        while not stop.wait(0.2):
-            pass
-    finally:
-        sim.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 0
+    return run_until_signal(sim)
 
 
 if __name__ == "__main__":
