@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 
 PROMPT_ERROR_MAX_CHARS = 6000
 PROMPT_CODE_MAX_CHARS = 16000
+REPLY_MAX_TOKENS = 2048
 
 
 class ChatModel(Protocol):
@@ -162,6 +163,8 @@ class OllamaChat:
                 base_url=self.base_url,
                 format=schema,
                 num_ctx=self._num_ctx,
+                # A bounded reply: a model looping on whitespace cannot outlive the task.
+                num_predict=REPLY_MAX_TOKENS,
                 temperature=self._temperature,
                 client_kwargs={"timeout": self._timeout},
             )

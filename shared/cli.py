@@ -30,7 +30,12 @@ def load_settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        err.print(f"[red]invalid TRACEHOUND_* settings:[/red]\n{exc}")
+        # include_input=False: the rejected values may be tokens.
+        problems = "\n".join(
+            f"  {'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}"
+            for e in exc.errors(include_input=False)
+        )
+        err.print(f"[red]invalid TRACEHOUND_* settings:[/red]\n{problems}", highlight=False)
         raise typer.Exit(2) from exc
 
 

@@ -8,7 +8,7 @@ from typing import Protocol
 import httpx
 
 from shared.errors import PermanentError
-from shared.http import error_text, post_json
+from shared.http import error_text, json_body, post_json
 
 
 class Embedder(Protocol):
@@ -52,7 +52,9 @@ class OllamaEmbedder:
                 f"embed with {self.model}",
                 not_found=lambda r: _not_found(r, self.model, self.base_url),
             )
-            got = response.json().get("embeddings") or []
+            body = json_body(response, f"embed with {self.model}")
+            got = body.get("embeddings") if isinstance(body, dict) else None
+            got = got or []
             if len(got) != len(batch):
                 raise PermanentError(
                     f"embed with {self.model}: asked for {len(batch)} vectors, got {len(got)}"

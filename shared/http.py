@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 
@@ -43,6 +44,14 @@ def check(
             retry_after=float(retry_after) if retry_after and retry_after.isdigit() else None,
         )
     raise PermanentError(detail)
+
+
+def json_body(response: httpx.Response, what: str) -> Any:
+    """The parsed body; a 200 with HTML from a proxy is a clear error, not a crash."""
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise PermanentError(f"{what}: expected JSON, got {response.text[:120]!r}") from exc
 
 
 def post_json(

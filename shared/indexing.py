@@ -71,9 +71,14 @@ def store_chunks(
 
 
 def finish_file(repo: str, plan: FilePlan, *, vectors: VectorIndex, corpus: RedisCorpus) -> None:
-    """After the new chunks are stored: drop the file's old chunks, record its new ids."""
-    vectors.delete(repo, plan.stale)
-    corpus.delete(repo, plan.stale)
+    """After the new chunks are stored: drop the file's old chunks, record its new ids.
+
+    Stale ids are taken again at this point, not only at planning time: two saves planned
+    against the same old version must not leave the first save's chunks behind.
+    """
+    stale = sorted((set(plan.stale) | set(corpus.file_ids(repo, plan.path))) - set(plan.chunk_ids))
+    vectors.delete(repo, stale)
+    corpus.delete(repo, stale)
     if plan.chunk_ids:
         corpus.set_file_ids(repo, plan.path, plan.chunk_ids)
     else:

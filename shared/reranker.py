@@ -15,7 +15,7 @@ import httpx
 
 from shared.domain import Candidate
 from shared.errors import PermanentError
-from shared.http import post_json
+from shared.http import json_body, post_json
 
 PATHS = {
     "llamacpp": "/v1/rerank",
@@ -85,10 +85,10 @@ class HttpReranker:
         what = f"rerank via {self.backend} at {self.url}"
         if self.backend == "tei":
             body: dict[str, Any] = {"query": query, "texts": docs, "truncate": True}
-            results = post_json(self._client, self.url, body, what).json()
+            results = json_body(post_json(self._client, self.url, body, what), what)
             return scores_by_index(results, len(docs), score_key="score")
         body = {"model": self.model, "query": query, "documents": docs, "top_n": len(docs)}
-        payload = post_json(self._client, self.url, body, what).json()
+        payload = json_body(post_json(self._client, self.url, body, what), what)
         results = payload.get("results") if isinstance(payload, dict) else None
         return scores_by_index(results, len(docs), score_key="relevance_score")
 

@@ -107,9 +107,14 @@ class Settings(BaseSettings):
         return out
 
 
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:@/]*):(?P<pw>[^@/]+)@")
+_URL_USERINFO = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<info>[^@]*)@")
 
 
 def mask_url_password(url: str) -> str:
-    """``redis://:secret@host`` -> ``redis://:****@host``."""
-    return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:****@", url)
+    """``redis://:secret@host`` -> ``redis://:****@host``; a bare ``token@host`` is masked too."""
+
+    def hide(m: re.Match[str]) -> str:
+        user, sep, _ = m["info"].partition(":")
+        return f"{m['scheme']}{user}:****@" if sep else f"{m['scheme']}****@"
+
+    return _URL_USERINFO.sub(hide, url)

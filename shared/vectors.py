@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlparse
@@ -49,6 +48,18 @@ def _guard(what: str, fn: Callable[[], T]) -> T:
         if "could not connect" in str(exc).lower():
             raise TransientError(f"chroma {what}: {exc}") from exc
         raise PermanentError(f"chroma {what}: {exc}") from exc
+    except Exception as exc:
+        from chromadb.errors import ChromaError, NotFoundError
+
+        if isinstance(exc, NotFoundError):
+            raise CollectionGone(f"chroma {what}: {exc}") from exc
+        if isinstance(exc, ChromaError):  # server-side failure: worth another try
+            raise TransientError(f"chroma {what}: {type(exc).__name__}: {exc}") from exc
+        raise
+
+
+class CollectionGone(TransientError):
+    """The collection vanished (Chroma restarted on empty data): the cached handle is stale."""
 
 
 class ChromaVectorIndex:
@@ -103,17 +114,24 @@ class ChromaVectorIndex:
             self._collections[repo] = col
         return col
 
+    def _run(self, repo: str, what: str, op: Callable[[Any], T]) -> T:
+        """``op(collection)`` with errors mapped; a vanished collection is looked up afresh."""
+        col = self._collection(repo)
+        try:
+            return _guard(what, lambda: op(col))
+        except CollectionGone:
+            self._collections.pop(repo, None)
+            raise
+
     def existing_ids(self, repo: str, ids: Sequence[str]) -> set[str]:
         if not ids:
             return set()
-        col = self._collection(repo)
-        got = _guard("get", lambda: col.get(ids=list(ids), include=[]))
+        got = self._run(repo, "get", lambda col: col.get(ids=list(ids), include=[]))
         return set(got["ids"])
 
     def upsert(
         self, repo: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]
     ) -> None:
-        col = self._collection(repo)
         for i in range(0, len(chunks), UPSERT_BATCH):
             part = chunks[i : i + UPSERT_BATCH]
             part_vectors = [list(v) for v in vectors[i : i + UPSERT_BATCH]]
@@ -123,22 +141,25 @@ class ChromaVectorIndex:
                 "documents": [c.text for c in part],
                 "metadatas": [c.metadata() for c in part],
             }
-            _guard("upsert", partial(col.upsert, **kwargs))
+
+            def upsert_part(col: Any, kwargs: dict[str, Any] = kwargs) -> None:
+                col.upsert(**kwargs)
+
+            self._run(repo, "upsert", upsert_part)
 
     def delete(self, repo: str, ids: Sequence[str]) -> None:
         if ids:
-            col = self._collection(repo)
-            _guard("delete", lambda: col.delete(ids=list(ids)))
+            self._run(repo, "delete", lambda col: col.delete(ids=list(ids)))
 
     def ids_for_path(self, repo: str, path: str) -> list[str]:
-        col = self._collection(repo)
-        return list(_guard("get", lambda: col.get(where={"path": path}, include=[]))["ids"])
+        got = self._run(repo, "get", lambda col: col.get(where={"path": path}, include=[]))
+        return list(got["ids"])
 
     def query(self, repo: str, vector: Sequence[float], n: int) -> list[ChunkHit]:
-        col = self._collection(repo)
-        res = _guard(
+        res = self._run(
+            repo,
             "query",
-            lambda: col.query(
+            lambda col: col.query(
                 query_embeddings=[list(vector)],
                 n_results=n,
                 include=["documents", "metadatas", "distances"],

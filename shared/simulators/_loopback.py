@@ -38,8 +38,9 @@ class LoopbackServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128  # socketserver's default backlog of 5 resets bursts of clients
 
-    def __init__(self, address: tuple[str, int], sim: LoopbackSimulator,
-                 handler: type[BaseHandler]) -> None:
+    def __init__(
+        self, address: tuple[str, int], sim: LoopbackSimulator, handler: type[BaseHandler]
+    ) -> None:
         self.sim = sim
         self.closing = False
         self.connections: set[socket.socket] = set()
@@ -130,8 +131,9 @@ class BaseHandler(BaseHTTPRequestHandler):
         if hook is not None:
             hook(status)
 
-    def send_bytes(self, status: int, data: bytes, content_type: str,
-                   headers: Mapping[str, str] | None = None) -> int:
+    def send_bytes(
+        self, status: int, data: bytes, content_type: str, headers: Mapping[str, str] | None = None
+    ) -> int:
         self.mark_complete(status)
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -144,16 +146,23 @@ class BaseHandler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         return status
 
-    def send_json(self, status: int, payload: Any,
-                  headers: Mapping[str, str] | None = None) -> int:
-        data = json.dumps(payload, ensure_ascii=False,
-                          separators=self.json_separators).encode("utf-8")
+    def send_json(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> int:
+        data = json.dumps(payload, ensure_ascii=False, separators=self.json_separators).encode(
+            "utf-8"
+        )
         return self.send_bytes(status, data, JSON_CONTENT_TYPE, headers)
 
-    def send_text(self, status: int, text: str, headers: Mapping[str, str] | None = None,
-                  *, content_type: str | None = None) -> int:
-        return self.send_bytes(status, text.encode("utf-8"),
-                               content_type or self.text_content_type, headers)
+    def send_text(
+        self,
+        status: int,
+        text: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        content_type: str | None = None,
+    ) -> int:
+        return self.send_bytes(
+            status, text.encode("utf-8"), content_type or self.text_content_type, headers
+        )
 
 
 class LoopbackSimulator:
@@ -189,8 +198,10 @@ class LoopbackSimulator:
         self._server = server
         self._port = server.server_port  # a restart after stop() comes back on the same port
         self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05},
-            name=f"{self.thread_name}:{server.server_port}", daemon=True,
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"{self.thread_name}:{server.server_port}",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -211,8 +222,12 @@ class LoopbackSimulator:
     def __enter__(self) -> Self:
         return self.start() if self._server is None else self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     @property

@@ -45,7 +45,8 @@ DEFAULT_MODELS: tuple[str, ...] = ("nomic-embed-text", "qwen2.5-coder:7b", "bge-
 DEFAULT_DIM = 256
 LATENCY_KINDS: tuple[str, ...] = ("embed", "chat", "rerank")
 ANALYSIS_KEYS = frozenset(
-    {"summary", "hypotheses", "suggested_fix", "relevant_files", "confidence"})
+    {"summary", "hypotheses", "suggested_fix", "relevant_files", "confidence"}
+)
 _QUERY_PREFIXES = ("search_query: ", "search_document: ")
 _KEEP_ALIVE_ZERO = re.compile(r"^0+(\.0+)?(ns|us|µs|ms|s|m|h)?$")
 _ERROR_RE = re.compile(r"<error>(.*?)</error>", re.DOTALL)
@@ -68,7 +69,7 @@ def hashed_embedding(text: str, dim: int = DEFAULT_DIM) -> list[float]:
         raise ValueError("dim must be >= 1")
     for prefix in _QUERY_PREFIXES:
         if text.startswith(prefix):
-            text = text[len(prefix):]
+            text = text[len(prefix) :]
             break
     vector = [0.0] * dim
     for token, count in Counter(tokenize(text)).items():
@@ -157,9 +158,7 @@ def parse_prompt(text: str) -> PromptContext:
         path = attrs.get("path", f"unknown-{number}")
         candidates.append(PromptCandidate(rank, path, start, end, match.group(2).strip("\n")))
     error_tokens = set(tokenize(error))
-    overlaps = tuple(
-        len(error_tokens & set(tokenize(f"{c.path}\n{c.code}"))) for c in candidates
-    )
+    overlaps = tuple(len(error_tokens & set(tokenize(f"{c.path}\n{c.code}"))) for c in candidates)
     return PromptContext(error, exception_line, tuple(candidates), overlaps)
 
 
@@ -171,42 +170,51 @@ def simulated_analysis(context: PromptContext | str) -> dict[str, Any]:
     if not ranked:
         return {
             "summary": f"SIMULATED: {exc} — the retrieved code does not show where it comes from.",
-            "hypotheses": [{
-                "cause": f"Not enough context: no candidate code was provided for: {exc}",
-                "confidence": 0.1,
-                "evidence": [],
-            }],
+            "hypotheses": [
+                {
+                    "cause": f"Not enough context: no candidate code was provided for: {exc}",
+                    "confidence": 0.1,
+                    "evidence": [],
+                }
+            ],
             "suggested_fix": "Retrieve more of the service's code around the failing call.",
             "relevant_files": [],
             "confidence": 0.1,
         }
     best = ranked[0]
-    hypotheses = [{
-        "cause": f"The code in {best.location} raises or triggers: {exc}",
-        "confidence": 0.7,
-        "evidence": [best.location],
-    }]
+    hypotheses = [
+        {
+            "cause": f"The code in {best.location} raises or triggers: {exc}",
+            "confidence": 0.7,
+            "evidence": [best.location],
+        }
+    ]
     if len(ranked) > 1:
         second = ranked[1]
-        hypotheses.append({
-            "cause": f"A caller in {second.location} passes unexpected data that leads to: {exc}",
-            "confidence": 0.2,
-            "evidence": [second.location],
-        })
+        hypotheses.append(
+            {
+                "cause": f"A caller in {second.location} passes unexpected data that leads "
+                f"to: {exc}",
+                "confidence": 0.2,
+                "evidence": [second.location],
+            }
+        )
     overlap = dict(zip(ctx.candidates, ctx.overlaps, strict=True))
     return {
         "summary": f"SIMULATED: {exc} — most likely raised in {best.path} "
-                   f"(lines {best.start_line}-{best.end_line}).",
+        f"(lines {best.start_line}-{best.end_line}).",
         "hypotheses": hypotheses,
         "suggested_fix": f"In {best.path} (lines {best.start_line}-{best.end_line}), guard "
-                         f"against the condition behind: {exc}",
+        f"against the condition behind: {exc}",
         "relevant_files": [
             {
                 "path": c.path,
                 "start_line": c.start_line,
                 "end_line": c.end_line,
-                "reason": ("best lexical match for the error" if c is best
-                           else "other retrieved candidate") + f" ({overlap[c]} shared tokens)",
+                "reason": (
+                    "best lexical match for the error" if c is best else "other retrieved candidate"
+                )
+                + f" ({overlap[c]} shared tokens)",
             }
             for c in ranked
         ],
@@ -291,8 +299,10 @@ def _bounded(schema: Mapping[str, Any], value: float, integer: bool) -> float:
 
     def ok(v: float) -> bool:
         return (
-            (low is None or v >= low) and (high is None or v <= high)
-            and (x_low is None or v > x_low) and (x_high is None or v < x_high)
+            (low is None or v >= low)
+            and (high is None or v <= high)
+            and (x_low is None or v > x_low)
+            and (x_high is None or v < x_high)
         )
 
     if ok(value):
@@ -307,8 +317,9 @@ def _bounded(schema: Mapping[str, Any], value: float, integer: bool) -> float:
     return value
 
 
-def schema_instance(schema: Mapping[str, Any], _root: Mapping[str, Any] | None = None,
-                    _depth: int = 0) -> Any:
+def schema_instance(
+    schema: Mapping[str, Any], _root: Mapping[str, Any] | None = None, _depth: int = 0
+) -> Any:
     """A minimal instance valid against a (pydantic-style) JSON schema.
 
     ``$ref`` into ``$defs`` is resolved; objects get all their properties; arrays one item (or
@@ -344,8 +355,10 @@ def schema_instance(schema: Mapping[str, Any], _root: Mapping[str, Any] | None =
             return [schema_instance(p, root, _depth + 1) for p in prefix]
         count = max(1, int(s.get("minItems", 1)))
         items = s.get("items", {})
-        return [schema_instance(items if isinstance(items, Mapping) else {}, root, _depth + 1)
-                for _ in range(count)]
+        return [
+            schema_instance(items if isinstance(items, Mapping) else {}, root, _depth + 1)
+            for _ in range(count)
+        ]
     if kind == "integer":
         return int(_bounded(s, 1, integer=True))
     if kind == "number":
@@ -355,8 +368,11 @@ def schema_instance(schema: Mapping[str, Any], _root: Mapping[str, Any] | None =
     if kind == "null":
         return None
     text = {
-        "date-time": "2024-01-01T00:00:00Z", "date": "2024-01-01", "time": "00:00:00Z",
-        "uri": "https://example.com/simulated", "email": "simulated@example.com",
+        "date-time": "2024-01-01T00:00:00Z",
+        "date": "2024-01-01",
+        "time": "00:00:00Z",
+        "uri": "https://example.com/simulated",
+        "email": "simulated@example.com",
         "uuid": "00000000-0000-4000-8000-000000000000",
     }.get(str(s.get("format")), "simulated")
     min_len = s.get("minLength")
@@ -380,9 +396,12 @@ def _fit_list(values: list[Any], schema: Mapping[str, Any], root: Mapping[str, A
             base.update({k: v for k, v in value.items() if k in props})
             out.append(base)
         elif kind in ("string", None):
-            out.append(value if isinstance(value, str) else
-                       value.get("cause") or f"{value.get('path')}:{value.get('start_line')}-"
-                       f"{value.get('end_line')}")
+            out.append(
+                value
+                if isinstance(value, str)
+                else value.get("cause")
+                or f"{value.get('path')}:{value.get('start_line')}-{value.get('end_line')}"
+            )
         else:
             out.append(schema_instance(items_schema, root))
     return out
@@ -394,8 +413,9 @@ def schema_reply(schema: Mapping[str, Any], context: PromptContext | str) -> Any
     top = _resolved(schema, root)
     props = top.get("properties")
     instance = schema_instance(schema)
-    if not (isinstance(props, Mapping) and ANALYSIS_KEYS <= set(props)
-            and isinstance(instance, dict)):
+    if not (
+        isinstance(props, Mapping) and ANALYSIS_KEYS <= set(props) and isinstance(instance, dict)
+    ):
         return instance
     analysis = simulated_analysis(context)
     for key, value in analysis.items():
@@ -457,8 +477,11 @@ class _Config:
 
     def snapshot(self) -> dict[str, Any]:
         return {
-            "models": list(self.models), "dim": self.dim, "latency": dict(self.latency),
-            "load_seconds": self.load_seconds, "chat_reply": self.chat_reply,
+            "models": list(self.models),
+            "dim": self.dim,
+            "latency": dict(self.latency),
+            "load_seconds": self.load_seconds,
+            "chat_reply": self.chat_reply,
             "chat_replies": list(self.chat_replies),
         }
 
@@ -527,8 +550,11 @@ class OllamaSimulator(LoopbackSimulator):
         self._unload_count = 0
         self._model_events: list[dict[str, Any]] = []
         self.configure(
-            models=list(models) if models is not None else list(DEFAULT_MODELS), dim=dim,
-            latency=dict(latency or {}), load_seconds=load_seconds, chat_reply=chat_reply,
+            models=list(models) if models is not None else list(DEFAULT_MODELS),
+            dim=dim,
+            latency=dict(latency or {}),
+            load_seconds=load_seconds,
+            chat_reply=chat_reply,
             chat_replies=list(chat_replies or []),
         )
 
@@ -570,14 +596,22 @@ class OllamaSimulator(LoopbackSimulator):
         with self._lock:
             return self._config.snapshot()
 
-    def fail(self, path: str, status: int, times: int = 1, body: dict[str, Any] | None = None,
-             ) -> None:
+    def fail(
+        self,
+        path: str,
+        status: int,
+        times: int = 1,
+        body: dict[str, Any] | None = None,
+    ) -> None:
         """The next ``times`` requests to ``path`` answer ``status`` with ``body`` (default
         ``{"error": "..."}``); ``times=-1`` until :meth:`reset_faults`."""
         if times == 0 or times < -1:
             raise ValueError("times must be >= 1, or -1 for forever")
-        payload = body if body is not None else {
-            "error": f"simulated failure: HTTP {status} injected on {path}"}
+        payload = (
+            body
+            if body is not None
+            else {"error": f"simulated failure: HTTP {status} injected on {path}"}
+        )
         with self._lock:
             self._faults[path] = _Fault(int(status), int(times), payload)
 
@@ -630,11 +664,15 @@ class OllamaSimulator(LoopbackSimulator):
     def state(self) -> dict[str, Any]:
         with self._lock:
             return {
-                "loaded_model": self._loaded, "load_count": self._load_count,
-                "swap_count": self._swap_count, "unload_count": self._unload_count,
+                "loaded_model": self._loaded,
+                "load_count": self._load_count,
+                "swap_count": self._swap_count,
+                "unload_count": self._unload_count,
                 "model_events": copy.deepcopy(self._model_events),
-                "faults": {p: {"status": f.status, "remaining": f.remaining}
-                           for p, f in self._faults.items()},
+                "faults": {
+                    p: {"status": f.status, "remaining": f.remaining}
+                    for p, f in self._faults.items()
+                },
             }
 
     # ------------------------------------------------------------ request flow
@@ -655,8 +693,13 @@ class OllamaSimulator(LoopbackSimulator):
                 parse_error = f"invalid JSON request body: {exc}"
         model = body.get("model") if isinstance(body, dict) else None
         entry: dict[str, Any] = {
-            "t": received, "t_end": None, "method": h.command, "path": path,
-            "model": model if isinstance(model, str) else None, "body": body, "status": None,
+            "t": received,
+            "t_end": None,
+            "method": h.command,
+            "path": path,
+            "model": model if isinstance(model, str) else None,
+            "body": body,
+            "status": None,
         }
         with self._lock:
             self._record(entry)
@@ -706,9 +749,12 @@ class OllamaSimulator(LoopbackSimulator):
                 return h.send_json(200, self._ps())
         if method == "POST":
             handlers = {
-                "/api/embed": self._embed, "/api/embeddings": self._embeddings_legacy,
-                "/api/chat": self._chat, "/api/generate": self._generate,
-                "/v1/rerank": self._rerank_v1, "/api/rerank": self._rerank_v1,
+                "/api/embed": self._embed,
+                "/api/embeddings": self._embeddings_legacy,
+                "/api/chat": self._chat,
+                "/api/generate": self._generate,
+                "/v1/rerank": self._rerank_v1,
+                "/api/rerank": self._rerank_v1,
                 "/rerank": self._rerank_tei,
             }
             handler = handlers.get(path)
@@ -754,7 +800,8 @@ class OllamaSimulator(LoopbackSimulator):
                 if replaced is not None:
                     self._swap_count += 1
                 self._model_events.append(
-                    {"t": time.time(), "event": "load", "model": model, "replaced": replaced})
+                    {"t": time.time(), "event": "load", "model": model, "replaced": replaced}
+                )
             return int((time.perf_counter() - started) * 1e9)
 
     def _after_reply(self, model: str, body: Mapping[str, Any]) -> None:
@@ -765,7 +812,8 @@ class OllamaSimulator(LoopbackSimulator):
                 self._loaded = None
                 self._unload_count += 1
                 self._model_events.append(
-                    {"t": time.time(), "event": "unload", "model": model, "replaced": None})
+                    {"t": time.time(), "event": "unload", "model": model, "replaced": None}
+                )
 
     def _latency(self, kind: str) -> float:
         with self._lock:
@@ -773,28 +821,51 @@ class OllamaSimulator(LoopbackSimulator):
 
     @staticmethod
     def _details() -> dict[str, Any]:
-        return {"parent_model": "", "format": "gguf", "family": "simulator",
-                "families": ["simulator"], "parameter_size": "0B", "quantization_level": "F16"}
+        return {
+            "parent_model": "",
+            "format": "gguf",
+            "family": "simulator",
+            "families": ["simulator"],
+            "parameter_size": "0B",
+            "quantization_level": "F16",
+        }
 
     def _tags(self) -> dict[str, Any]:
         with self._lock:
             models = list(self._config.models)
-        return {"models": [
-            {"name": m, "model": m, "modified_at": "2024-01-01T00:00:00Z", "size": 1,
-             "digest": "sim", "details": self._details()}
-            for m in models
-        ]}
+        return {
+            "models": [
+                {
+                    "name": m,
+                    "model": m,
+                    "modified_at": "2024-01-01T00:00:00Z",
+                    "size": 1,
+                    "digest": "sim",
+                    "details": self._details(),
+                }
+                for m in models
+            ]
+        }
 
     def _ps(self) -> dict[str, Any]:
         with self._lock:
             loaded, loaded_at = self._loaded, self._loaded_at
         if loaded is None:
             return {"models": []}
-        return {"models": [{
-            "name": loaded, "model": loaded, "size": 1, "digest": "sim",
-            "details": self._details(), "expires_at": _now_iso(loaded_at + 300),
-            "size_vram": 1, "context_length": 4096,
-        }]}
+        return {
+            "models": [
+                {
+                    "name": loaded,
+                    "model": loaded,
+                    "size": 1,
+                    "digest": "sim",
+                    "details": self._details(),
+                    "expires_at": _now_iso(loaded_at + 300),
+                    "size_vram": 1,
+                    "context_length": 4096,
+                }
+            ]
+        }
 
     # --------------------------------------------------------------- endpoints
 
@@ -802,14 +873,18 @@ class OllamaSimulator(LoopbackSimulator):
         with self._lock:
             dim = self._config.dim
         vectors = [hashed_embedding(t, dim) for t in texts]
-        if isinstance(dimensions, int) and not isinstance(dimensions, bool) \
-                and 0 < dimensions < dim:
+        if (
+            isinstance(dimensions, int)
+            and not isinstance(dimensions, bool)
+            and 0 < dimensions < dim
+        ):
             cut = []
             for v in vectors:
                 head = v[:dimensions]
                 norm = math.sqrt(sum(x * x for x in head))
-                cut.append([x / norm for x in head] if norm > 1e-12
-                           else [1.0] + [0.0] * (dimensions - 1))
+                cut.append(
+                    [x / norm for x in head] if norm > 1e-12 else [1.0] + [0.0] * (dimensions - 1)
+                )
             vectors = cut
         return vectors
 
@@ -831,12 +906,16 @@ class OllamaSimulator(LoopbackSimulator):
             time.sleep(delay)
         vectors = self._embed_vectors(texts, body.get("dimensions"))
         self._after_reply(model, body)
-        return h.send_json(200, {
-            "model": model, "embeddings": vectors,
-            "total_duration": int((time.perf_counter() - started) * 1e9),
-            "load_duration": load_ns,
-            "prompt_eval_count": sum(len(tokenize(t)) for t in texts),
-        })
+        return h.send_json(
+            200,
+            {
+                "model": model,
+                "embeddings": vectors,
+                "total_duration": int((time.perf_counter() - started) * 1e9),
+                "load_duration": load_ns,
+                "prompt_eval_count": sum(len(tokenize(t)) for t in texts),
+            },
+        )
 
     def _embeddings_legacy(self, h: _Handler, path: str, body: dict[str, Any]) -> int:
         model = self._require_model(body)
@@ -861,8 +940,10 @@ class OllamaSimulator(LoopbackSimulator):
         if not user_texts:
             user_texts = [str(m.get("content") or "") for m in messages]
         # The last user message with prompt markers (a repair turn may follow the real prompt).
-        prompt = next((t for t in reversed(user_texts) if "<candidate" in t or "<error>" in t),
-                      user_texts[-1] if user_texts else "")
+        prompt = next(
+            (t for t in reversed(user_texts) if "<candidate" in t or "<error>" in t),
+            user_texts[-1] if user_texts else "",
+        )
         ctx = parse_prompt(prompt)
         if isinstance(fmt, Mapping):
             return json.dumps(schema_reply(fmt, ctx), ensure_ascii=False)
@@ -892,8 +973,14 @@ class OllamaSimulator(LoopbackSimulator):
             messages.append({"role": "user", "content": str(prompt)})
         return self._complete(h, body, model, messages, key="response")
 
-    def _complete(self, h: _Handler, body: dict[str, Any], model: str,
-                  messages: list[dict[str, Any]], key: str) -> int:
+    def _complete(
+        self,
+        h: _Handler,
+        body: dict[str, Any],
+        model: str,
+        messages: list[dict[str, Any]],
+        key: str,
+    ) -> int:
         started = time.perf_counter()
         load_ns = self._ensure_loaded(model)
 
@@ -903,26 +990,39 @@ class OllamaSimulator(LoopbackSimulator):
         if not messages:  # load (or, with keep_alive 0, unload) only
             unload = _keep_alive_zero(body.get("keep_alive"))
             self._after_reply(model, body)
-            return h.send_json(200, {
-                "model": model, "created_at": _now_iso(), key: part(""), "done": True,
-                "done_reason": "unload" if unload else "load",
-            })
+            return h.send_json(
+                200,
+                {
+                    "model": model,
+                    "created_at": _now_iso(),
+                    key: part(""),
+                    "done": True,
+                    "done_reason": "unload" if unload else "load",
+                },
+            )
 
         content = self._content(messages, body.get("format"))
         with self._lock:
             latency = self._config.latency
-            delay = latency.get("generate", latency.get("chat", 0.0)) if key == "response" \
+            delay = (
+                latency.get("generate", latency.get("chat", 0.0))
+                if key == "response"
                 else latency.get("chat", 0.0)
-        pieces = [content[i:i + _PIECE_CHARS] for i in range(0, len(content), _PIECE_CHARS)]
+            )
+        pieces = [content[i : i + _PIECE_CHARS] for i in range(0, len(content), _PIECE_CHARS)]
         prompt_tokens = sum(len(tokenize(str(m.get("content") or ""))) for m in messages)
 
         def final() -> dict[str, Any]:
             total = int((time.perf_counter() - started) * 1e9)
             generation = max(0, total - load_ns)
             return {
-                "done": True, "done_reason": "stop", "total_duration": total,
-                "load_duration": load_ns, "prompt_eval_count": prompt_tokens,
-                "prompt_eval_duration": generation // 4, "eval_count": max(1, len(pieces)),
+                "done": True,
+                "done_reason": "stop",
+                "total_duration": total,
+                "load_duration": load_ns,
+                "prompt_eval_count": prompt_tokens,
+                "prompt_eval_duration": generation // 4,
+                "eval_count": max(1, len(pieces)),
                 "eval_duration": generation - generation // 4,
             }
 
@@ -932,8 +1032,7 @@ class OllamaSimulator(LoopbackSimulator):
             for piece in pieces:
                 if delay:
                     time.sleep(delay / len(pieces))
-                line = {"model": model, "created_at": _now_iso(), key: part(piece),
-                        "done": False}
+                line = {"model": model, "created_at": _now_iso(), key: part(piece), "done": False}
                 h.write_chunk(json.dumps(line, ensure_ascii=False).encode("utf-8") + b"\n")
             if delay and not pieces:
                 time.sleep(delay)
@@ -946,8 +1045,9 @@ class OllamaSimulator(LoopbackSimulator):
         if delay:
             time.sleep(delay)
         self._after_reply(model, body)
-        return h.send_json(200, {
-            "model": model, "created_at": _now_iso(), key: part(content), **final()})
+        return h.send_json(
+            200, {"model": model, "created_at": _now_iso(), key: part(content), **final()}
+        )
 
     @staticmethod
     def _documents(raw: Any, name: str) -> list[str]:
@@ -960,7 +1060,7 @@ class OllamaSimulator(LoopbackSimulator):
             elif isinstance(item, Mapping) and isinstance(item.get("text"), str):
                 docs.append(item["text"])
             else:
-                raise _HttpError(400, f"{name} items must be strings or {{\"text\": ...}}")
+                raise _HttpError(400, f'{name} items must be strings or {{"text": ...}}')
         return docs
 
     def _rerank_v1(self, h: _Handler, path: str, body: dict[str, Any]) -> int:
@@ -988,10 +1088,15 @@ class OllamaSimulator(LoopbackSimulator):
         tokens = len(tokenize(query)) * len(docs) + sum(len(tokenize(d)) for d in docs)
         if ollama_shape and model is not None:
             self._after_reply(model, body)
-        return h.send_json(200, {
-            "id": f"rerank-sim-{time.monotonic_ns()}", "model": model or "simulated-reranker",
-            "results": results, "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        })
+        return h.send_json(
+            200,
+            {
+                "id": f"rerank-sim-{time.monotonic_ns()}",
+                "model": model or "simulated-reranker",
+                "results": results,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            },
+        )
 
     def _rerank_tei(self, h: _Handler, path: str, body: dict[str, Any]) -> int:
         query = body.get("query")
@@ -1003,8 +1108,9 @@ class OllamaSimulator(LoopbackSimulator):
         if delay := self._latency("rerank"):
             time.sleep(delay)
         raw_scores = bool(body.get("raw_scores"))
-        scores = [rerank_raw_score(query, t) if raw_scores else rerank_score(query, t)
-                  for t in texts]
+        scores = [
+            rerank_raw_score(query, t) if raw_scores else rerank_score(query, t) for t in texts
+        ]
         order = sorted(range(len(texts)), key=lambda i: (-scores[i], i))
         results: list[dict[str, Any]] = []
         for i in order:
@@ -1057,8 +1163,9 @@ class OllamaSimulator(LoopbackSimulator):
         for item in spec if isinstance(spec, list) else [spec]:
             if not isinstance(item, dict):
                 raise TypeError("a fault is {path, status, times?, body?}")
-            self.fail(str(item["path"]), int(item["status"]), int(item.get("times", 1)),
-                      item.get("body"))
+            self.fail(
+                str(item["path"]), int(item["status"]), int(item.get("times", 1)), item.get("body")
+            )
 
 
 # ----------------------------------------------------------------------------------- main
@@ -1068,21 +1175,29 @@ def main(argv: list[str] | None = None) -> int:
     """Run the simulator in the foreground; prints its URL, stops on SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(
         prog="python -m shared.simulators.ollama",
-        description="SIMULATOR of the Ollama API and rerank servers (a test double).")
+        description="SIMULATOR of the Ollama API and rerank servers (a test double).",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 = any free port")
-    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                        help="comma-separated 'pulled' models")
+    parser.add_argument(
+        "--models", default=",".join(DEFAULT_MODELS), help="comma-separated 'pulled' models"
+    )
     parser.add_argument("--dim", type=int, default=DEFAULT_DIM)
     parser.add_argument("--load-seconds", type=float, default=0.0)
     for kind in LATENCY_KINDS:
         parser.add_argument(f"--{kind}-latency", type=float, default=0.0, metavar="SECONDS")
     args = parser.parse_args(argv)
-    latency = {k: getattr(args, f"{k}_latency") for k in LATENCY_KINDS
-               if getattr(args, f"{k}_latency")}
+    latency = {
+        k: getattr(args, f"{k}_latency") for k in LATENCY_KINDS if getattr(args, f"{k}_latency")
+    }
     sim = OllamaSimulator(
-        host=args.host, port=args.port, dim=args.dim, load_seconds=args.load_seconds,
-        models=[m.strip() for m in args.models.split(",") if m.strip()], latency=latency)
+        host=args.host,
+        port=args.port,
+        dim=args.dim,
+        load_seconds=args.load_seconds,
+        models=[m.strip() for m in args.models.split(",") if m.strip()],
+        latency=latency,
+    )
     return run_until_signal(sim)
 
 

@@ -36,9 +36,9 @@ from shared.simulators._loopback import BaseHandler, LoopbackSimulator, run_unti
 
 WEBHOOK = "webhook"  # pseudo method name for incoming webhooks in fail() and the log
 RATE_LIMITED_METHODS = frozenset({"chat.postMessage", WEBHOOK})
-TEAM: Mapping[str, str] = MappingProxyType({
-    "team": "sim", "user": "tracehound", "team_id": "T0SIM", "user_id": "U0SIM",
-    "bot_id": "B0SIM"})
+TEAM: Mapping[str, str] = MappingProxyType(
+    {"team": "sim", "user": "tracehound", "team_id": "T0SIM", "user_id": "U0SIM", "bot_id": "B0SIM"}
+)
 _JSON_FIELDS = ("blocks", "attachments", "metadata")
 _TS_BASE_MICROS = 1_700_000_000_000_000
 _MAX_BLOCKS = 50
@@ -70,8 +70,11 @@ def validate_blocks(blocks: Any) -> list[str]:
                     errors.append(f"must be an array of at most 10 items {where}/fields]")
                 else:
                     for j, item in enumerate(fields):
-                        errors.extend(_text_errors(item, 2000, f"{where}/fields/{j}",
-                                                   ("mrkdwn", "plain_text")))
+                        errors.extend(
+                            _text_errors(
+                                item, 2000, f"{where}/fields/{j}", ("mrkdwn", "plain_text")
+                            )
+                        )
         elif kind == "header":
             errors.extend(_text_errors(text, 150, f"{where}/text", ("plain_text",)))
         elif kind == "context":
@@ -196,8 +199,7 @@ class SlackSimulator(LoopbackSimulator):
                 self._valid_tokens = as_set(opts["valid_tokens"], "valid_tokens")
             if "channels" in opts:
                 channels = as_set(opts["channels"], "channels")
-                self._channels = None if channels is None else {_strip_channel(c)
-                                                                for c in channels}
+                self._channels = None if channels is None else {_strip_channel(c) for c in channels}
             if "latency" in opts:
                 latency = float(opts["latency"] or 0.0)
                 if latency < 0:
@@ -223,8 +225,13 @@ class SlackSimulator(LoopbackSimulator):
             self._rate_limit_remaining = int(times)
             self._retry_after = int(retry_after)
 
-    def fail(self, method_name: str, error: str, times: int = 1, status: int | None = None,
-             ) -> None:
+    def fail(
+        self,
+        method_name: str,
+        error: str,
+        times: int = 1,
+        status: int | None = None,
+    ) -> None:
         """The next ``times`` calls of ``method_name`` (e.g. ``"chat.postMessage"``, or
         ``"webhook"``) answer ``{"ok": false, "error": error}`` (HTTP ``status``, default 200);
         webhooks answer ``error`` as text with HTTP ``status`` (default 400)."""
@@ -286,15 +293,21 @@ class SlackSimulator(LoopbackSimulator):
             form_token = args.pop("token")
             token = token or (form_token if isinstance(form_token, str) else None)
         if path.startswith("/api/"):
-            api_method: str | None = path[len("/api/"):]
+            api_method: str | None = path[len("/api/") :]
         elif path.startswith("/services/"):
             api_method = WEBHOOK
         else:
             api_method = None
         entry: dict[str, Any] = {
-            "t": received, "t_end": None, "method": h.command, "path": path,
-            "api_method": api_method, "body": args if parse_error is None else None,
-            "token": token, "status": None, "error": None,
+            "t": received,
+            "t_end": None,
+            "method": h.command,
+            "path": path,
+            "api_method": api_method,
+            "body": args if parse_error is None else None,
+            "token": token,
+            "status": None,
+            "error": None,
         }
         with self._lock:
             self._record(entry)
@@ -321,8 +334,9 @@ class SlackSimulator(LoopbackSimulator):
         if api_method in RATE_LIMITED_METHODS and self._rate_limit_remaining != 0:
             if self._rate_limit_remaining > 0:
                 self._rate_limit_remaining -= 1
-            return _Reply(429, {"ok": False, "error": "ratelimited"},
-                          {"Retry-After": str(self._retry_after)})
+            return _Reply(
+                429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(self._retry_after)}
+            )
         fault = self._faults.get(api_method)
         if fault is None:
             return None
@@ -334,8 +348,14 @@ class SlackSimulator(LoopbackSimulator):
             return _Reply(fault.status, fault.error, {})
         return _Reply(fault.status, {"ok": False, "error": fault.error}, {})
 
-    def _answer(self, api_method: str | None, path: str, args: dict[str, Any],
-                token: str | None, parse_error: str | None) -> _Reply:
+    def _answer(
+        self,
+        api_method: str | None,
+        path: str,
+        args: dict[str, Any],
+        token: str | None,
+        parse_error: str | None,
+    ) -> _Reply:
         if api_method is None:
             return _Reply(404, "not_found", {})
         with self._lock:
@@ -353,13 +373,15 @@ class SlackSimulator(LoopbackSimulator):
         if (token not in valid) if valid is not None else not token.startswith("xoxb-"):
             return _fail("invalid_auth")
         handlers = {
-            "chat.postMessage": self._post_message, "chat.update": self._update,
+            "chat.postMessage": self._post_message,
+            "chat.update": self._update,
             "auth.test": self._auth_test,
         }
         handler = handlers.get(api_method)
         if handler is None:
-            return _Reply(200, {"ok": False, "error": "unknown_method", "req_method": api_method},
-                          {})
+            return _Reply(
+                200, {"ok": False, "error": "unknown_method", "req_method": api_method}, {}
+            )
         return handler(args)
 
     def _channel_error(self, channel: Any) -> _Reply | None:
@@ -389,10 +411,16 @@ class SlackSimulator(LoopbackSimulator):
         if blocks is not None:
             errors = validate_blocks(blocks)
             if errors:
-                return _Reply(200, {
-                    "ok": False, "error": "invalid_blocks", "errors": errors,
-                    "response_metadata": {"messages": [f"[ERROR] {e}" for e in errors]},
-                }, {})
+                return _Reply(
+                    200,
+                    {
+                        "ok": False,
+                        "error": "invalid_blocks",
+                        "errors": errors,
+                        "response_metadata": {"messages": [f"[ERROR] {e}" for e in errors]},
+                    },
+                    {},
+                )
         return None
 
     def _post_message(self, args: dict[str, Any]) -> _Reply:
@@ -403,26 +431,37 @@ class SlackSimulator(LoopbackSimulator):
         ts = self._next_ts()
         message = self._store(channel, ts, args, via="api", webhook=None)
         reply_message = {
-            "type": "message", "subtype": "bot_message", "text": message["text"],
-            "ts": ts, "user": TEAM["user_id"], "bot_id": TEAM["bot_id"],
+            "type": "message",
+            "subtype": "bot_message",
+            "text": message["text"],
+            "ts": ts,
+            "user": TEAM["user_id"],
+            "bot_id": TEAM["bot_id"],
         }
         if message["blocks"] is not None:
             reply_message["blocks"] = message["blocks"]
         if message["thread_ts"]:
             reply_message["thread_ts"] = message["thread_ts"]
-        return _Reply(200, {"ok": True, "channel": channel, "ts": ts,
-                            "message": reply_message}, {})
+        return _Reply(200, {"ok": True, "channel": channel, "ts": ts, "message": reply_message}, {})
 
-    def _store(self, channel: Any, ts: str, args: Mapping[str, Any], *, via: str,
-               webhook: str | None) -> dict[str, Any]:
+    def _store(
+        self, channel: Any, ts: str, args: Mapping[str, Any], *, via: str, webhook: str | None
+    ) -> dict[str, Any]:
         known = {"channel", "text", "blocks", "attachments", "thread_ts"}
         thread_ts = args.get("thread_ts")
         message = {
-            "channel": channel, "ts": ts, "text": args.get("text") or "",
-            "blocks": args.get("blocks"), "attachments": args.get("attachments"),
-            "thread_ts": str(thread_ts) if thread_ts else None, "via": via,
-            "webhook": webhook, "updated": False, "history": [],
-            "extra": {k: v for k, v in args.items() if k not in known}, "t": time.time(),
+            "channel": channel,
+            "ts": ts,
+            "text": args.get("text") or "",
+            "blocks": args.get("blocks"),
+            "attachments": args.get("attachments"),
+            "thread_ts": str(thread_ts) if thread_ts else None,
+            "via": via,
+            "webhook": webhook,
+            "updated": False,
+            "history": [],
+            "extra": {k: v for k, v in args.items() if k not in known},
+            "t": time.time(),
         }
         with self._lock:
             self._messages.append(message)
@@ -446,28 +485,51 @@ class SlackSimulator(LoopbackSimulator):
         assert isinstance(channel, str)
         key = _strip_channel(channel)
         with self._lock:
-            found = next((m for m in self._messages if m["ts"] == ts
-                          and _strip_channel(m["channel"] or "") == key), None)
+            found = next(
+                (
+                    m
+                    for m in self._messages
+                    if m["ts"] == ts and _strip_channel(m["channel"] or "") == key
+                ),
+                None,
+            )
             if found is None:
                 return _fail("message_not_found")
-            found["history"].append({"text": found["text"], "blocks": found["blocks"],
-                                     "t": time.time()})
+            found["history"].append(
+                {"text": found["text"], "blocks": found["blocks"], "t": time.time()}
+            )
             if text is not None:
                 found["text"] = text
             if blocks is not None:
                 found["blocks"] = blocks
             found["updated"] = True
-            message = {"type": "message", "text": found["text"], "ts": ts,
-                       "user": TEAM["user_id"], "bot_id": TEAM["bot_id"],
-                       "edited": {"user": TEAM["user_id"], "ts": f"{time.time():.6f}"}}
+            message = {
+                "type": "message",
+                "text": found["text"],
+                "ts": ts,
+                "user": TEAM["user_id"],
+                "bot_id": TEAM["bot_id"],
+                "edited": {"user": TEAM["user_id"], "ts": f"{time.time():.6f}"},
+            }
             if found["blocks"] is not None:
                 message["blocks"] = copy.deepcopy(found["blocks"])
-        return _Reply(200, {"ok": True, "channel": channel, "ts": ts, "text": message["text"],
-                            "message": message}, {})
+        return _Reply(
+            200,
+            {"ok": True, "channel": channel, "ts": ts, "text": message["text"], "message": message},
+            {},
+        )
 
     def _auth_test(self, args: dict[str, Any]) -> _Reply:
-        return _Reply(200, {"ok": True, "url": "https://tracehound-sim.slack.com/", **TEAM,
-                            "is_enterprise_install": False}, {})
+        return _Reply(
+            200,
+            {
+                "ok": True,
+                "url": "https://tracehound-sim.slack.com/",
+                **TEAM,
+                "is_enterprise_install": False,
+            },
+            {},
+        )
 
     def _webhook(self, path: str, args: dict[str, Any], parse_error: str | None) -> _Reply:
         if parse_error is not None or not args:
@@ -510,8 +572,12 @@ class SlackSimulator(LoopbackSimulator):
                 if rate is not None:
                     self.rate_limit(int(rate["times"]), int(rate.get("retry_after", 1)))
                 for item in faults if isinstance(faults, list) else [faults] if faults else []:
-                    self.fail(str(item["method"]), str(item["error"]), int(item.get("times", 1)),
-                              item.get("status"))
+                    self.fail(
+                        str(item["method"]),
+                        str(item["error"]),
+                        int(item.get("times", 1)),
+                        item.get("status"),
+                    )
                 h.send_json(200, self.config)
             else:
                 h.send_json(404, {"ok": False, "error": "unknown_control_endpoint"})
@@ -569,7 +635,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the simulator in the foreground; prints its URL, stops on SIGTERM/SIGINT."""
     parser = argparse.ArgumentParser(
         prog="python -m shared.simulators.slack",
-        description="SIMULATOR of the Slack Web API and incoming webhooks (a test double).")
+        description="SIMULATOR of the Slack Web API and incoming webhooks (a test double).",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 = any free port")
     parser.add_argument("--channels", default=None, help="comma-separated; default: any")
@@ -580,8 +647,13 @@ def main(argv: list[str] | None = None) -> int:
     def split(value: str | None) -> list[str] | None:
         return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
 
-    sim = SlackSimulator(host=args.host, port=args.port, valid_tokens=split(args.tokens),
-                         channels=split(args.channels), latency=args.latency)
+    sim = SlackSimulator(
+        host=args.host,
+        port=args.port,
+        valid_tokens=split(args.tokens),
+        channels=split(args.channels),
+        latency=args.latency,
+    )
     return run_until_signal(sim)
 
 

@@ -205,3 +205,29 @@ def test_server_error_is_transient(sim: OllamaSimulator) -> None:
 def test_unknown_backend_is_refused_with_the_known_ones() -> None:
     with pytest.raises(PermanentError, match="llamacpp"):
         HttpReranker("sentencepiece", "http://127.0.0.1:1", MODEL)
+
+
+def test_a_200_with_an_html_page_is_a_clear_permanent_error() -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Proxy(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = b"<html>login required</html>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        reranker = HttpReranker("llamacpp", f"http://127.0.0.1:{server.server_port}", "m")
+        with pytest.raises(PermanentError, match="expected JSON"):
+            reranker.scores("q", ["a", "b"])
+    finally:
+        server.shutdown()

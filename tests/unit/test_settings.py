@@ -134,3 +134,35 @@ def test_defaults_are_valid_without_any_environment() -> None:
     s = Settings()
     assert s.rerank_backend == "none"
     assert s.chunk_overlap < s.chunk_lines
+
+
+@pytest.mark.parametrize(
+    ("url", "masked"),
+    [
+        ("redis://:p/ss@h:6379/0", "redis://:****@h:6379/0"),
+        ("https://tok3n@hooks.example/x", "https://****@hooks.example/x"),
+        ("redis://user:pw@h/1", "redis://user:****@h/1"),
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+    ],
+)
+def test_url_credentials_are_masked_even_with_slashes_or_without_a_user(
+    url: str, masked: str
+) -> None:
+    from shared.settings import mask_url_password
+
+    assert mask_url_password(url) == masked
+
+
+def test_an_invalid_setting_never_prints_the_secret_it_rejected() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "TRACEHOUND_SLACK_BOT_TOKEN": "xoxb-very-secret-token-value"}
+    env.pop("TRACEHOUND_SLACK_CHANNEL", None)
+    done = subprocess.run([str(Path(sys.executable).parent / "tracehound"), "config"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "TRACEHOUND_SLACK_CHANNEL" in done.stderr
+    assert "secret-token" not in done.stderr + done.stdout

@@ -11,11 +11,13 @@ import json
 import logging
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
+
 from shared import queues as q
 from shared.analysis import analyze as run_analysis
 from shared.analysis import degraded
 from shared.domain import Investigation, Notification
-from shared.errors import PermanentError, TransientError
+from shared.errors import PermanentError, TracehoundError, TransientError
 from shared.message import build_message, top_files
 from shared.notifiers import Delivery
 from shared.query import build_query
@@ -28,6 +30,7 @@ from workers.retry import attempts_left, retry, visit
 log = logging.getLogger(__name__)
 
 NOTIFIED_TTL = 7 * 24 * 3600
+PENDING = "pending"
 NOTIFY_MAX_RETRIES = 50  # with Retry-After pacing: Slack gets many chances before a fallback
 
 
@@ -95,9 +98,12 @@ def rerank(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     elif inv.candidates:
         try:
             candidates = rerank_candidates(inv.query, inv.candidates, reranker, top_k=top_k)
-        except (TransientError, PermanentError) as exc:
-            # Reranking only sharpens the order; waiting for it would delay the page.
-            reason = str(exc)
+        except Exception as exc:
+            # Reranking only sharpens the order: whatever breaks it (a dead server, a proxy's
+            # HTML page, a malformed reply) must not stop the chain or delay the page.
+            reason = (
+                str(exc) if isinstance(exc, TracehoundError) else f"{type(exc).__name__}: {exc}"
+            )
             log.warning("rerank.fallback", extra={"event_id": inv.event.id, "reason": reason})
     if reason:
         inv = inv.noted(f"rerank: unavailable ({reason})")
@@ -117,6 +123,10 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         analysis = degraded(f"LLM failed: {exc}", model=ctx.chat.model)
     except PermanentError as exc:
         analysis = degraded(f"LLM failed: {exc}", model=ctx.chat.model)
+    except SoftTimeLimitExceeded:
+        analysis = degraded(
+            f"LLM took longer than {q.TIME_LIMITS[q.ANALYZE] - 10}s", model=ctx.chat.model
+        )
     if analysis.degraded:
         log.warning(
             "analyze.degraded", extra={"event_id": inv.event.id, "reason": analysis.degraded_reason}
@@ -130,14 +140,19 @@ def notify(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     inv = _load(self, payload)
     ctx = context.clients()
     guard = f"th:notified:{inv.event.id}"
-    sent = ctx.redis.get(guard)
-    if sent:  # acks_late may run this task twice; the first run already posted
-        return dict(json.loads(sent))
+    # Claim the event before posting (SET NX): of two runs of this task (acks_late, a
+    # duplicate enqueue) only one posts; the other waits for the claim to resolve.
+    if not ctx.redis.set(guard, PENDING, nx=True, ex=q.TIME_LIMITS[q.NOTIFY] + 30):
+        sent = ctx.redis.get(guard)
+        if sent and sent != PENDING.encode():
+            return dict(json.loads(sent))
+        raise self.retry(countdown=5, max_retries=NOTIFY_MAX_RETRIES)
     text, blocks = build_message(inv)
     try:
         delivery = ctx.notifier.send(text, blocks)
     except TransientError as exc:
         if attempts_left(self, NOTIFY_MAX_RETRIES):
+            ctx.redis.delete(guard)
             raise retry(self, exc, NOTIFY_MAX_RETRIES) from exc
         delivery = _fallback(inv, text, blocks, f"Slack kept failing: {exc}")
     except PermanentError as exc:
