@@ -210,6 +210,51 @@ def ingest(
 
 
 @cli.command()
+def watch(
+    path: Annotated[Path, typer.Argument(help="Repository root to watch.")],
+    repo: Annotated[str, typer.Option("--repo", help="Repository name (one index per repo).")],
+    polling: Annotated[
+        bool, typer.Option("--polling", help="Poll instead of inotify (network, Docker mounts).")
+    ] = False,
+    include: Annotated[list[str] | None, typer.Option(help="Only paths matching (glob).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(help="Skip paths matching (glob).")] = None,
+) -> None:
+    """Keep the index in step with the source: reconcile, then re-index files as they change."""
+    from producers.watcher import run
+
+    if not path.is_dir():
+        err.print(
+            f"[red]error:[/red] watch path {str(path)!r} does not exist or is not a directory"
+        )
+        raise typer.Exit(2)
+    settings = load_settings()
+    err.print(f"watching {path} as {repo!r}" + (" (polling)" if polling else ""), highlight=False)
+    try:
+        run(settings, path, repo, polling=polling, include=include, exclude=exclude)
+    except PermanentError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+@cli.command()
+def tail(
+    patterns: Annotated[list[str], typer.Argument(help="Log files or globs ('**' allowed).")],
+    service: Annotated[str, typer.Option(help="Service that writes these logs.")],
+    repo: Annotated[str | None, typer.Option(help="Indexed repo (default: the service).")] = None,
+    from_start: Annotated[
+        bool, typer.Option("--from-start", help="Read files present at start from the top.")
+    ] = False,
+    state_dir: Annotated[Path | None, typer.Option(help="Where checkpoints are kept.")] = None,
+) -> None:
+    """Follow log files like tail -F and enqueue every error record (stack traces grouped)."""
+    from producers.tailer import run
+
+    settings = load_settings()
+    err.print(f"tailing {' '.join(patterns)} for {service}", highlight=False)
+    run(settings, patterns, service=service, repo=repo, from_start=from_start, state_dir=state_dir)
+
+
+@cli.command()
 def demo(
     repo_path: Annotated[Path, typer.Option(help="Service to index.")] = Path(
         "tests/data/sample-service"

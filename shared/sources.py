@@ -74,7 +74,8 @@ def read_source(root: Path, relpath: str, *, max_bytes: int) -> SourceFile | Ski
     return SourceFile(relpath, decode(raw), hashlib.sha256(raw).hexdigest())
 
 
-def _gitignore_spec(root: Path) -> pathspec.PathSpec:
+def gitignore_spec(root: Path) -> pathspec.PathSpec:
+    """Every .gitignore under ``root`` as one spec over repo-relative paths."""
     lines: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in ALWAYS_SKIP_DIRS]
@@ -101,7 +102,7 @@ def _gitignore_spec(root: Path) -> pathspec.PathSpec:
 def walk(root: Path) -> Iterator[str]:
     """Repo-relative paths of candidate files: .gitignore honoured, links not followed."""
     root = root.resolve()
-    spec = _gitignore_spec(root)
+    spec = gitignore_spec(root)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir + "/"

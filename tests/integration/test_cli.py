@@ -95,3 +95,9 @@ def test_tracehound_worker_and_celery_worker_both_consume_a_queue(
 def test_worker_refuses_concurrency_above_one_on_a_model_queue(stack: LocalStack) -> None:
     done = run_cli(["worker", "--queues", "llm", "--concurrency", "4"], stack.env, timeout=30)
     assert done.returncode == 2 and "one request at a time" in done.stderr
+
+
+def test_watch_of_a_missing_path_exits_2_with_a_clear_error(stack: LocalStack) -> None:
+    done = run_cli(["watch", "/no/such/dir", "--repo", "x"], stack.env)
+    assert done.returncode == 2
+    assert "does not exist" in done.stderr
