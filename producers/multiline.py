@@ -97,6 +97,33 @@ _TEXT_LEVEL = re.compile(
     r"|^\d\d-\d\d \d\d:\d\d:\d\d\.\d+\s+\d+\s+\d+\s+(?P<threadtime>[VDIWEFA])\s"  # logcat
     r"|^(?P<glog>[IWEF])\d{4} \d\d:\d\d:\d\d(?:\.\d+)?\s+\d+\s+[^\]\s]+\]"  # klog "E1130 …] "
 )
+
+
+def maybe_error(line: str) -> bool:
+    """False only when ``line`` cannot carry an error level: every error form _TEXT_LEVEL knows
+    contains one of these substrings, and substring tests cost a fraction of that pattern."""
+    low = line.lower()
+    return (
+        "err" in low
+        or "eror" in low
+        or "fatal" in low
+        or "crit" in low
+        or "severe" in low
+        or "panic" in low
+        or "emerg" in low
+        or "alert" in low
+        or "assert" in low
+        # single-letter levels: logcat "E/Tag", threadtime " E ", klog "E1130 10:00:00"
+        or "E/" in line
+        or "F/" in line
+        or "A/" in line
+        or " E " in line
+        or " F " in line
+        or " A " in line
+        or (line[:1] in ("E", "F") and line[1:5].isdigit())
+    )
+
+
 _STACK_MARK = re.compile(
     r"^(?:Traceback \(most recent call last\):"
     r"|\s*\+ Exception Group Traceback"
@@ -476,8 +503,10 @@ def _exception_of(text: str) -> tuple[str, str] | None:
 def _text_event(record: Record, *, service: str, repo: str, max_bytes: int) -> ErrorEvent | None:
     lines = record.text.split("\n")
     header = next((ln for ln in lines if ln.strip()), "")
-    level = text_level(header)
     has_stack = _STACK_MARK.search(record.text) is not None
+    if not has_stack and not maybe_error(header):
+        return None
+    level = text_level(header)
     if not has_stack and level not in ERROR_LEVELS:
         return None
     event = event_from_text(record.text, service=service, repo=repo, max_bytes=max_bytes)

@@ -224,17 +224,13 @@ class Tailer:
 
     def _emit(self, fl: Followed, records: list[Record]) -> None:
         for record in records:
-            event_id = hashlib.sha1(
-                f"{fl.fp}:{record.start}:{record.text}".encode("utf-8", errors="replace")
-            ).hexdigest()[:32]
             event = to_event(
-                record,
-                service=self.service,
-                repo=self.repo,
-                max_bytes=self.max_trace_bytes,
-                event_id=event_id,
+                record, service=self.service, repo=self.repo, max_bytes=self.max_trace_bytes
             )
             if event is not None:
+                # The same record at the same place of the same file gets the same id.
+                key = f"{fl.fp}:{record.start}:{record.text}".encode("utf-8", errors="replace")
+                event = event.model_copy(update={"id": hashlib.sha1(key).hexdigest()[:32]})
                 self.enqueue(event)
                 self.events += 1
 
