@@ -57,3 +57,12 @@ def test_redis_is_append_only_and_chroma_keeps_a_volume(services: dict[str, Any]
     assert option(redis_cmd, "--appendonly") == "yes"
     assert any(v.endswith(":/data") for v in services["redis"]["volumes"])
     assert any(v.startswith("chroma-data:") for v in services["chroma"]["volumes"])
+
+
+def test_producers_run_under_an_opt_in_profile_with_checkpoints_on_a_volume(
+    services: dict[str, Any],
+) -> None:
+    for name in ("ingest", "watcher", "tailer"):
+        assert services[name]["profiles"] == ["producers"]
+    assert option(services["ingest"]["command"], "--host") == "0.0.0.0"
+    assert "tracehound-data:/var/lib/tracehound" in services["tailer"]["volumes"]  # checkpoints
