@@ -47,6 +47,48 @@ def config() -> None:
 
 
 @cli.command()
+def status() -> None:
+    """Queue depths and consumers; per model host: holder, loaded model, swaps, busy time."""
+    import redis
+    from rich.table import Table
+
+    from shared.hosts import host_status, known_hosts
+    from shared.pipeline import sender_app
+
+    settings = load_settings()
+    r = redis.Redis.from_url(settings.redis_url)
+    app = sender_app(settings)
+    try:
+        active = app.control.inspect(timeout=1.0).active_queues() or {}
+    finally:
+        app.close()
+    consumers: dict[str, list[str]] = {}
+    for worker_name, qs in active.items():
+        for q in qs:
+            consumers.setdefault(q["name"], []).append(worker_name)
+    table = Table("queue", "waiting", "consumers", title="queues")
+    for q in queues.ALL_QUEUES:
+        table.add_row(q, str(queues.depth(r, q)), ", ".join(sorted(consumers.get(q, []))) or "-")
+    out.print(table)
+    hosts = Table(
+        "host", "holder", "loaded model", "waiting", "swaps", "calls", "busy s", title="model hosts"
+    )
+    for host in known_hosts(r):
+        st = host_status(r, host)
+        holder = st["holder"]
+        hosts.add_row(
+            host,
+            f"{holder['model']} (token {holder['token']})" if holder else "-",
+            st["loaded"] or "-",
+            str(st["waiting"]),
+            str(st["swaps"]),
+            str(st["calls"]),
+            str(st["busy_s"]),
+        )
+    out.print(hosts)
+
+
+@cli.command()
 def worker(
     queues_: Annotated[str, typer.Option("--queues", "-Q", help="Comma-separated queues.")],
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c")] = None,

@@ -36,6 +36,10 @@ ROUTES: dict[str, str] = {
     EMBED_CHUNKS: "embed",
 }
 
+# Redis priority of bulk index embedding on the shared embed queue: kombu serves priority 0
+# (an error's query embedding) before 9, so a re-index never delays an analysis.
+BULK_PRIORITY = 9
+
 # Time limits per task (seconds), next to the routing because the Redis visibility timeout is
 # derived from them: a message must not be redelivered while its task may still be running.
 TIME_LIMITS: dict[str, int] = {
@@ -50,6 +54,17 @@ TIME_LIMITS: dict[str, int] = {
     PRUNE_REPO: 600,
     EMBED_CHUNKS: 600,
 }
+
+
+PRIORITY_SEP = "\x06\x16"  # kombu's Redis separator between a queue and its priority level
+
+
+def depth(r: Any, queue: str) -> int:
+    """Messages waiting in a queue, every priority level included (kombu's Redis layout)."""
+    pipe = r.pipeline(transaction=False)
+    for key in [queue] + [f"{queue}{PRIORITY_SEP}{p}" for p in (3, 6, 9)]:
+        pipe.llen(key)
+    return int(sum(pipe.execute()))
 
 
 def visibility_timeout(max_retries: int, backoff_max: int) -> int:

@@ -38,6 +38,8 @@ class Settings(BaseSettings):
     embed_batch_size: int = Field(32, ge=1, le=512)
     llm_num_ctx: int = Field(8192, ge=512)
     llm_temperature: float = 0.1
+    embed_url: str | None = Field(None, description="Ollama for embeddings; default ollama_url.")
+    llm_url: str | None = Field(None, description="Ollama for the LLM; default ollama_url.")
     rerank_backend: RerankBackend = "none"
     rerank_url: str | None = None
     rerank_model: str = "bge-reranker-v2-m3"
@@ -51,6 +53,13 @@ class Settings(BaseSettings):
     slack_timeout: float = 30.0
     stage_max_retries: int = Field(3, ge=0, description="Retries of a transient stage failure.")
     retry_backoff_max: int = Field(60, ge=1, description="Cap of the exponential retry delay.")
+
+    # --- model hosts: one model active per machine, under a Redis lease ---
+    host_leases: bool = Field(True, description="Off: every model worker calls its host freely.")
+    lease_ttl: float = Field(15.0, gt=0.5, description="A dead holder's lease expires after this.")
+    lease_max_tasks: int = Field(20, ge=1, description="Fairness: tasks per hold when others wait.")
+    lease_max_seconds: float = Field(30.0, gt=0, description="Fairness: seconds per hold likewise.")
+    lease_idle_release: float = Field(1.0, gt=0, description="Release when no task follows.")
 
     # --- retrieval ---
     candidate_depth: int = Field(50, ge=1, le=1000)
@@ -88,6 +97,14 @@ class Settings(BaseSettings):
         if self.rerank_backend != "none" and not self.rerank_url:
             raise ValueError(f"rerank backend {self.rerank_backend!r} needs TRACEHOUND_RERANK_URL")
         return self
+
+    @property
+    def embed_base_url(self) -> str:
+        return self.embed_url or self.ollama_url
+
+    @property
+    def llm_base_url(self) -> str:
+        return self.llm_url or self.ollama_url
 
     @property
     def notifications_path(self) -> Path:

@@ -6,16 +6,26 @@ from functools import cached_property
 from typing import Any
 
 import redis
-from celery.signals import worker_process_init
+from celery.signals import task_postrun, worker_process_init, worker_process_shutdown
 
+from shared import queues
 from shared.analysis import ChatModel, OllamaChat
 from shared.corpus import RedisCorpus
 from shared.embedder import Embedder, OllamaEmbedder
+from shared.hosts import (
+    PRIORITY_BULK,
+    PRIORITY_CHAIN,
+    PRIORITY_QUERY,
+    HostSession,
+    host_id,
+    unload_ollama_model,
+)
 from shared.keywords import BM25Index
 from shared.notifiers import ConsoleNotifier, Notifier, SlackBotNotifier, SlackWebhookNotifier
 from shared.reranker import HttpReranker, Reranker
 from shared.settings import Settings
 from shared.vectors import ChromaVectorIndex
+from workers.leased import LeasedChat, LeasedEmbedder, LeasedReranker
 
 
 class Clients:
@@ -23,6 +33,7 @@ class Clients:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.sessions: dict[str, HostSession] = {}
 
     @cached_property
     def redis(self) -> redis.Redis:
@@ -41,12 +52,41 @@ class Clients:
         s = self.settings
         return ChromaVectorIndex(url=s.chroma_url, path=s.chroma_path, timeout=s.chroma_timeout)
 
+    def session(self, url: str) -> HostSession | None:
+        """The lease session of the machine behind ``url`` (None with leases turned off)."""
+        s = self.settings
+        if not s.host_leases:
+            return None
+        host = host_id(url)
+        if host not in self.sessions:
+            self.sessions[host] = HostSession(
+                self.redis,
+                host,
+                ttl=s.lease_ttl,
+                max_tasks=s.lease_max_tasks,
+                max_seconds=s.lease_max_seconds,
+                idle_release=s.lease_idle_release,
+                unload=lambda u, m: unload_ollama_model(u, m, timeout=s.embed_timeout),
+            )
+        return self.sessions[host]
+
     @cached_property
-    def embedder(self) -> Embedder:
+    def _embedder(self) -> OllamaEmbedder:
         s = self.settings
         return OllamaEmbedder(
-            s.ollama_url, s.embed_model, timeout=s.embed_timeout, batch_size=s.embed_batch_size
+            s.embed_base_url, s.embed_model, timeout=s.embed_timeout, batch_size=s.embed_batch_size
         )
+
+    @cached_property
+    def query_embedder(self) -> Embedder:
+        """An error's query: goes ahead of bulk indexing when waiting for the host."""
+        url = self.settings.embed_base_url
+        return LeasedEmbedder(self._embedder, self.session(url), url, PRIORITY_QUERY)
+
+    @cached_property
+    def bulk_embedder(self) -> Embedder:
+        url = self.settings.embed_base_url
+        return LeasedEmbedder(self._embedder, self.session(url), url, PRIORITY_BULK)
 
     @cached_property
     def reranker(self) -> Reranker | None:
@@ -54,20 +94,25 @@ class Clients:
         if s.rerank_backend == "none" or not s.rerank_url:
             return None
         key = s.rerank_api_key.get_secret_value() if s.rerank_api_key else None
-        return HttpReranker(
+        inner = HttpReranker(
             s.rerank_backend, s.rerank_url, s.rerank_model, timeout=s.rerank_timeout, api_key=key
+        )
+        kind = "ollama" if s.rerank_backend == "ollama" else "rerank"
+        return LeasedReranker(
+            inner, self.session(s.rerank_url), s.rerank_url, s.rerank_model, kind, PRIORITY_CHAIN
         )
 
     @cached_property
     def chat(self) -> ChatModel:
         s = self.settings
-        return OllamaChat(
-            s.ollama_url,
+        inner = OllamaChat(
+            s.llm_base_url,
             s.llm_model,
             timeout=s.llm_timeout,
             num_ctx=s.llm_num_ctx,
             temperature=s.llm_temperature,
         )
+        return LeasedChat(inner, self.session(s.llm_base_url), s.llm_base_url, PRIORITY_CHAIN)
 
     @cached_property
     def console(self) -> ConsoleNotifier:
@@ -107,5 +152,28 @@ def clients() -> Clients:
 
 @worker_process_init.connect
 def _after_fork(**_: Any) -> None:
-    # Sockets and HTTP pools must not be shared with the parent process.
+    # Sockets, HTTP pools and lease renewer threads must not be shared with the parent.
     _state.pop("clients", None)
+
+
+@task_postrun.connect
+def _after_task(task: Any = None, **_: Any) -> None:
+    """Between two tasks of a model queue: keep the host for more of the same, or yield it."""
+    c = _state.get("clients")
+    if c is None or not c.sessions or task is None:
+        return
+    info = task.request.delivery_info or {}
+    queue = info.get("routing_key")
+    if queue not in queues.MODEL_QUEUES:
+        return
+    depth = queues.depth(c.redis, queue)
+    for session in c.sessions.values():
+        session.after_task(depth)
+
+
+@worker_process_shutdown.connect
+def _on_shutdown(**_: Any) -> None:
+    c = _state.get("clients")
+    if c is not None:
+        for session in c.sessions.values():
+            session.close()

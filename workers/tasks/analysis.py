@@ -46,7 +46,7 @@ def embed_query(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     query = build_query(inv.event)
     vector: list[float] | None = None
     try:
-        [vector] = ctx.embedder.embed([ctx.settings.embed_query_prefix + query])
+        [vector] = ctx.query_embedder.embed([ctx.settings.embed_query_prefix + query])
     except TransientError as exc:
         if attempts_left(self):
             raise retry(self, exc) from exc

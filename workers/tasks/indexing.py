@@ -45,6 +45,7 @@ def _index(task: Any, repo: str, files: list[dict[str, str]]) -> dict[str, Any]:
             q.EMBED_CHUNKS,
             args=(repo, missing, [_plan_dict(p) for p in plans]),
             queue=q.ROUTES[q.EMBED_CHUNKS],
+            priority=q.BULK_PRIORITY,
         )
         raise task.replace(embed)
     return _finish(repo, plans, embedded=0)
@@ -86,7 +87,7 @@ def embed_chunks(
         n = store_chunks(
             repo,
             parsed,
-            embedder=ctx.embedder,
+            embedder=ctx.bulk_embedder,
             vectors=ctx.vectors,
             corpus=ctx.corpus,
             document_prefix=ctx.settings.embed_document_prefix,

@@ -1,0 +1,233 @@
+"""Model hosts as scheduled resources: leases in real Redis, real workers, the simulator's log."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from shared.errors import TransientError
+from shared.hosts import (
+    PRIORITY_BULK,
+    PRIORITY_QUERY,
+    HostLease,
+    HostSession,
+    LeaseLost,
+    host_status,
+)
+from shared.localstack import LocalStack, wait_until
+from shared.pipeline import enqueue_error, enqueue_file
+from shared.reindex import index_repository
+from shared.settings import Settings
+from shared.simulators.ollama import OllamaSimulator
+from shared.traces import parse_error_input
+from tests.conftest import DATA, SAMPLE_SERVICE
+
+pytestmark = pytest.mark.integration
+
+TRACE = (DATA / "sample-error.txt").read_text()
+
+
+def new_host() -> str:
+    return f"test-host-{uuid.uuid4().hex[:8]}"
+
+
+# --- the lease itself ----------------------------------------------------------------------
+
+
+def test_one_holder_at_a_time_and_release_hands_over(redis_client: redis.Redis) -> None:
+    host = new_host()
+    a, b = HostLease(redis_client, host), HostLease(redis_client, host)
+    a.acquire("m1", PRIORITY_QUERY, timeout=1)
+    with pytest.raises(TransientError, match="not free"):
+        b.acquire("m2", PRIORITY_QUERY, timeout=0.3)
+    a.release()
+    b.acquire("m2", PRIORITY_QUERY, timeout=1)
+    assert b.token is not None and a.token is None
+
+
+def test_a_lease_whose_key_was_deleted_by_hand_is_fenced(redis_client: redis.Redis) -> None:
+    host = new_host()
+    a = HostLease(redis_client, host)
+    a.acquire("m1", PRIORITY_QUERY, timeout=1)
+    redis_client.delete(f"th:host:{host}:lease")
+    b = HostLease(redis_client, host)
+    b.acquire("m2", PRIORITY_QUERY, timeout=1)  # someone else takes the free host
+
+    with pytest.raises(LeaseLost):
+        a.check()  # the old holder must not call the host any more
+    assert b.token is not None and b.token > (a.token or 0)
+
+
+def test_a_lease_recovers_after_sigkill_of_its_holder(settings: Settings,
+                                                       redis_client: redis.Redis) -> None:
+    host = new_host()
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import time, redis
+        from shared.hosts import HostSession
+        r = redis.Redis.from_url({settings.redis_url!r})
+        s = HostSession(r, {host!r}, ttl=1.0)
+        s.call("m1", "http://x", "rerank", 0, lambda: print("holding", flush=True)
+               or time.sleep(3600))
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(5)
+        t0 = time.monotonic()
+        HostLease(redis_client, host).acquire("m2", PRIORITY_QUERY, timeout=10)
+        assert time.monotonic() - t0 < 3  # the TTL (1 s), not a deadlock
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+
+
+def test_waiters_go_by_priority_and_a_dead_waiter_does_not_block(
+    redis_client: redis.Redis,
+) -> None:
+    host = new_host()
+    owner = HostLease(redis_client, host)
+    owner.acquire("m0", PRIORITY_QUERY, timeout=1)
+    order: list[str] = []
+
+    def wait_for(name: str, priority: int) -> None:
+        lease = HostLease(redis_client, host)
+        lease.acquire(name, priority, timeout=10)
+        order.append(name)
+        time.sleep(0.05)
+        lease.release()
+
+    # A waiter that died while queued: in the ranking but with no heartbeat.
+    redis_client.zadd(f"th:host:{host}:waiting", {"ghost": -10**12})
+    bulk = threading.Thread(target=wait_for, args=("bulk", PRIORITY_BULK))
+    bulk.start()
+    time.sleep(0.2)  # bulk waits first ...
+    query = threading.Thread(target=wait_for, args=("query", PRIORITY_QUERY))
+    query.start()
+    time.sleep(0.2)
+    owner.release()
+    bulk.join(10)
+    query.join(10)
+    assert order == ["query", "bulk"]  # ... but the query goes first
+
+
+def test_a_dead_host_is_not_held_while_waiting_to_retry(redis_client: redis.Redis) -> None:
+    host = new_host()
+    session = HostSession(redis_client, host, ttl=5)
+
+    def down() -> None:
+        raise TransientError("connection refused")
+
+    with pytest.raises(TransientError):
+        session.call("m1", "http://x", "rerank", PRIORITY_QUERY, down)
+    assert host_status(redis_client, host)["holder"] is None
+    session.close()
+
+
+# --- real workers against the simulator ------------------------------------------------------
+
+
+def intervals(*sims: OllamaSimulator) -> list[tuple[float, float, str]]:
+    return sorted((r["t"], r["t_end"], r["model"]) for sim in sims for r in sim.requests
+                  if r.get("model") and r.get("t_end") and r["path"] != "/api/tags")
+
+
+def overlaps(spans: list[tuple[float, float, str]]) -> list[tuple[Any, Any]]:
+    found = []
+    for i, (s1, e1, m1) in enumerate(spans):
+        for s2, e2, m2 in spans[i + 1:]:
+            if s2 >= e1:
+                break
+            if m1 != m2:
+                found.append(((s1, e1, m1), (s2, e2, m2)))
+    return found
+
+
+@pytest.fixture
+def slow_models(ollama_sim: OllamaSimulator, rerank_sim: OllamaSimulator) -> Iterator[None]:
+    ollama_sim.configure(latency={"embed": 0.05, "chat": 0.3})
+    rerank_sim.configure(latency={"rerank": 0.1})
+    ollama_sim.clear_log()
+    rerank_sim.clear_log()
+    yield
+    ollama_sim.configure(latency={})
+    rerank_sim.configure(latency={})
+
+
+def bulk_index(sender: Any, repo: str, n: int) -> list[Any]:
+    return [enqueue_file(sender, repo, f"pkg/mod_{i}.py",
+                         f"def handler_{i}(order):\n    return order.total / {i + 1}\n")
+            for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def sample_repo(stack: LocalStack, sender: Any, settings: Settings) -> str:
+    index_repository(sender, SAMPLE_SERVICE, "sample-hosts", max_bytes=settings.max_file_bytes,
+                     timeout=120)
+    return "sample-hosts"
+
+
+def errors(sender: Any, n: int, repo: str = "sample-hosts") -> list[Any]:
+    return [enqueue_error(sender, parse_error_input(TRACE, service="shop-api", repo=repo))
+            for _ in range(n)]
+
+
+def test_no_two_models_ever_overlap_on_the_host(
+    sample_repo: str, sender: Any, slow_models: None, ollama_sim: OllamaSimulator,
+    rerank_sim: OllamaSimulator,
+) -> None:
+    index = bulk_index(sender, f"busy-{uuid.uuid4().hex[:6]}", 30)
+    analyses = errors(sender, 4)
+    for r in index + analyses:
+        r.get(timeout=120)
+
+    spans = intervals(ollama_sim, rerank_sim)
+    assert len({m for _, _, m in spans}) == 3  # embed, llm and rerank models all ran
+    assert overlaps(spans) == []
+    # Switching models unloaded the previous Ollama model (keep_alive 0).
+    assert ollama_sim.unload_count >= 1
+
+
+def test_query_embedding_overtakes_a_queued_reindex_and_neither_starves(
+    sample_repo: str, sender: Any, slow_models: None, ollama_sim: OllamaSimulator,
+) -> None:
+    index = bulk_index(sender, f"reindex-{uuid.uuid4().hex[:6]}", 60)
+    wait_until(lambda: len(ollama_sim.requests_to("/api/embed")) >= 3, 30, "re-index running")
+    analyses = errors(sender, 3)
+    for r in analyses + index:
+        r.get(timeout=180)
+
+    embeds = ollama_sim.requests_to("/api/embed")
+    queries = [r["t"] for r in embeds if r["body"]["input"][0].startswith("search_query: ")]
+    bulk = [r["t"] for r in embeds if r["body"]["input"][0].startswith("search_document: ")]
+    chats = [r["t"] for r in ollama_sim.requests_to("/api/chat")]
+    assert len(queries) == 3 and len(bulk) == 60
+    # Every error's query was embedded while the re-index still had work queued ...
+    assert max(queries) < max(bulk)
+    # ... and the analyses finished before it, rather than waiting for the whole re-index,
+    assert max(chats) < max(bulk)
+    # while indexing kept moving between the analyses (it was not starved either).
+    assert any(min(chats) < t < max(chats) for t in bulk) or min(bulk) < min(chats)
+
+
+def test_status_shows_queues_consumers_and_the_host(
+    stack: LocalStack, sample_repo: str, sender: Any
+) -> None:
+    errors(sender, 1)[0].get(timeout=60)
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tracehound"),
+                           "status"], env={**os.environ, **stack.env}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for queue in ("embed", "rerank", "llm", "retrieve", "index", "notify"):
+        assert queue in done.stdout
+    assert "127.0.0.1" in done.stdout and "swaps" in done.stdout
