@@ -225,8 +225,10 @@ class HostSession:
         idle_release: float = 1.0,
         wait_timeout: float = 600.0,
         unload: Callable[[str, str], None] | None = None,
+        on_swap: Callable[[str], None] | None = None,
     ) -> None:
         self.lease = HostLease(r, host, ttl=ttl)
+        self.on_swap = on_swap
         self.r = r
         self.max_tasks, self.max_seconds = max_tasks, max_seconds
         self.idle_release, self.wait_timeout = idle_release, wait_timeout
@@ -287,6 +289,8 @@ class HostSession:
         previous = json.loads(raw) if raw else None
         if previous and previous.get("model") != model:
             self.r.hincrby(self.lease.keys.stats, "swaps", 1)
+            if self.on_swap is not None:
+                self.on_swap(self.lease.host)
             if previous.get("kind") == "ollama" and self.unload is not None:
                 try:
                     self.unload(previous["url"], previous["model"])

@@ -222,6 +222,7 @@ class LocalStack:
     extra_env: dict[str, str] = field(default_factory=dict)
     procs: list[Proc] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    metrics_ports: dict[str, int] = field(default_factory=dict)
 
     def start_services(self) -> None:
         redis_proc, redis_url = start_redis(self.workdir)
@@ -238,10 +239,12 @@ class LocalStack:
     def start_workers(
         self, groups: Mapping[str, tuple[Sequence[str], int]] = WORKER_GROUPS, wait: bool = True
     ) -> dict[str, Proc]:
-        started = {
-            name: start_worker(name, qs, c, self.workdir, self.env)
-            for name, (qs, c) in groups.items()
-        }
+        started = {}
+        for name, (qs, c) in groups.items():
+            # Each worker serves its own Prometheus /metrics on a free port.
+            self.metrics_ports[name] = free_port()
+            env = {**self.env, "TRACEHOUND_METRICS_PORT": str(self.metrics_ports[name])}
+            started[name] = start_worker(name, qs, c, self.workdir, env)
         self.procs.extend(started.values())
         if wait:
             queues = [q for qs, _ in groups.values() for q in qs]

@@ -9,18 +9,28 @@ import ``workers`` (no Chroma, no LangChain in a log tailer).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery import Celery, chain
 from celery.result import AsyncResult
+from celery.signals import before_task_publish
 
 from shared import queues
 from shared.domain import ErrorEvent
 from shared.settings import Settings
 
+SENT_AT = "th_sent_at"  # message header: when it was published (workers measure queue wait)
+
+
+def stamp_sent_at(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    if headers is not None:
+        headers.setdefault(SENT_AT, time.time())
+
 
 def sender_app(settings: Settings) -> Celery:
     """A Celery app that only sends: same broker, routing and serializer as the workers."""
+    before_task_publish.connect(stamp_sent_at, dispatch_uid="tracehound-sent-at")
     app = Celery("tracehound-sender", set_as_current=False)
     app.conf.update(
         queues.celery_config(

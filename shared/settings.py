@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     lease_max_seconds: float = Field(30.0, gt=0, description="Fairness: seconds per hold likewise.")
     lease_idle_release: float = Field(1.0, gt=0, description="Release when no task follows.")
 
+    metrics_port: int | None = Field(
+        None, description="Serve Prometheus /metrics from each worker on this port."
+    )
+
     # --- retrieval ---
     candidate_depth: int = Field(50, ge=1, le=1000)
     top_k: int = Field(5, ge=1, le=50)

@@ -7,7 +7,7 @@ from typing import Any
 from celery import Celery
 
 from shared import queues
-from workers import context
+from workers import context, metrics  # noqa: F401  (metrics connects its signal handlers)
 
 app = Celery(
     "tracehound",

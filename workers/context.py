@@ -25,6 +25,7 @@ from shared.notifiers import ConsoleNotifier, Notifier, SlackBotNotifier, SlackW
 from shared.reranker import HttpReranker, Reranker
 from shared.settings import Settings
 from shared.vectors import ChromaVectorIndex
+from workers import metrics
 from workers.leased import LeasedChat, LeasedEmbedder, LeasedReranker
 
 
@@ -67,6 +68,7 @@ class Clients:
                 max_seconds=s.lease_max_seconds,
                 idle_release=s.lease_idle_release,
                 unload=lambda u, m: unload_ollama_model(u, m, timeout=s.embed_timeout),
+                on_swap=metrics.swap,
             )
         return self.sessions[host]
 

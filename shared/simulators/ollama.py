@@ -23,6 +23,7 @@ process: ``GET /_sim/log``, ``GET /_sim/state``, ``GET|POST /_sim/config``, ``PO
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import hashlib
 import html
@@ -474,9 +475,13 @@ class _Config:
     load_seconds: float = 0.0
     chat_reply: str | None = None
     chat_replies: list[str] = field(default_factory=list)
+    # One request at a time across all models, like a small host that fits one model: a
+    # request for another model waits for the current one (then pays the load).
+    exclusive: bool = False
 
     def snapshot(self) -> dict[str, Any]:
         return {
+            "exclusive": self.exclusive,
             "models": list(self.models),
             "dim": self.dim,
             "latency": dict(self.latency),
@@ -538,9 +543,11 @@ class OllamaSimulator(LoopbackSimulator):
         load_seconds: float = 0.0,
         chat_reply: str | None = None,
         chat_replies: Iterable[str] | None = None,
+        exclusive: bool = False,
     ) -> None:
         super().__init__(host=host, port=port)
         self._load_lock = threading.Lock()
+        self._slot = threading.Lock()
         self._config = _Config()
         self._faults: dict[str, _Fault] = {}
         self._loaded: str | None = None
@@ -556,6 +563,7 @@ class OllamaSimulator(LoopbackSimulator):
             load_seconds=load_seconds,
             chat_reply=chat_reply,
             chat_replies=list(chat_replies or []),
+            exclusive=exclusive,
         )
 
     # ------------------------------------------------------------ configuration
@@ -588,6 +596,8 @@ class OllamaSimulator(LoopbackSimulator):
             if "chat_reply" in opts:
                 reply = opts["chat_reply"]
                 cfg.chat_reply = None if reply is None else str(reply)
+            if "exclusive" in opts:
+                cfg.exclusive = bool(opts["exclusive"])
             if "chat_replies" in opts:
                 cfg.chat_replies = [str(r) for r in (opts["chat_replies"] or [])]
 
@@ -763,7 +773,10 @@ class OllamaSimulator(LoopbackSimulator):
                     raise _HttpError(400, parse_error)
                 if not isinstance(body, dict):
                     raise _HttpError(400, "missing or non-object JSON request body")
-                return handler(h, path, body)
+                with self._lock:
+                    exclusive = self._config.exclusive
+                with self._slot if exclusive else contextlib.nullcontext():
+                    return handler(h, path, body)
         return h.send_text(404, "404 page not found")
 
     # ---------------------------------------------------------- model handling

@@ -23,7 +23,7 @@ from shared.notifiers import Delivery
 from shared.query import build_query
 from shared.reranker import rerank_candidates
 from shared.retrieval import hybrid_retrieve
-from workers import context
+from workers import context, metrics
 from workers.app import app, task_options
 from workers.retry import attempts_left, retry, visit
 
@@ -51,8 +51,10 @@ def embed_query(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         if attempts_left(self):
             raise retry(self, exc) from exc
         inv = inv.noted(f"embedding: failed ({exc}); keyword search only")
+        metrics.fallback("embed_query")
     except PermanentError as exc:
         inv = inv.noted(f"embedding: failed ({exc}); keyword search only")
+        metrics.fallback("embed_query")
     return inv.model_copy(update={"query": query, "query_vector": vector}).model_dump(mode="json")
 
 
@@ -74,6 +76,8 @@ def retrieve(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         )
     except TransientError as exc:
         raise retry(self, exc) from exc
+    if found.notes:
+        metrics.fallback("retrieve")
     inv = inv.model_copy(
         update={
             "candidates": found.candidates,
@@ -105,6 +109,7 @@ def rerank(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
                 str(exc) if isinstance(exc, TracehoundError) else f"{type(exc).__name__}: {exc}"
             )
             log.warning("rerank.fallback", extra={"event_id": inv.event.id, "reason": reason})
+            metrics.fallback("rerank")
     if reason:
         inv = inv.noted(f"rerank: unavailable ({reason})")
     return inv.model_copy(update={"candidates": candidates}).model_dump(mode="json")
@@ -128,6 +133,7 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             f"LLM took longer than {q.TIME_LIMITS[q.ANALYZE] - 10}s", model=ctx.chat.model
         )
     if analysis.degraded:
+        metrics.fallback("analyze")
         log.warning(
             "analyze.degraded", extra={"event_id": inv.event.id, "reason": analysis.degraded_reason}
         )
@@ -176,5 +182,6 @@ def notify(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
 def _fallback(inv: Investigation, text: str, blocks: list[dict[str, Any]], reason: str) -> Delivery:
     """Never drop a finished analysis: keep it in the console notifier's file, loudly."""
     log.error("notify.fallback", extra={"event_id": inv.event.id, "reason": reason})
+    metrics.fallback("notify")
     delivery = context.clients().console.send(text, blocks)
     return Delivery(f"console (slack failed: {reason})", channel=delivery.channel)

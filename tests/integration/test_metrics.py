@@ -1,0 +1,53 @@
+"""Workers export Prometheus metrics: stage latency, queue wait, fallbacks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from shared.localstack import LocalStack, wait_until
+from shared.pipeline import enqueue_error
+from shared.reindex import index_repository
+from shared.settings import Settings
+from shared.simulators.ollama import OllamaSimulator
+from shared.traces import parse_error_input
+from tests.conftest import DATA, SAMPLE_SERVICE
+
+pytestmark = pytest.mark.integration
+
+
+def scrape(stack: LocalStack, worker: str) -> str:
+    return httpx.get(f"http://127.0.0.1:{stack.metrics_ports[worker]}/metrics", timeout=5).text
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{want}") or (not labels and line.startswith(name + " ")):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_stage_latency_queue_wait_and_rerank_fallbacks_are_exported(
+    stack: LocalStack, sender: Any, settings: Settings, rerank_sim: OllamaSimulator,
+) -> None:
+    index_repository(sender, SAMPLE_SERVICE, "sample-metrics",
+                     max_bytes=settings.max_file_bytes, timeout=120)
+    before = value(scrape(stack, "rerank"), "tracehound_fallbacks_total", stage="rerank")
+    rerank_sim.stop()
+    try:
+        event = parse_error_input((DATA / "sample-error.txt").read_text(), service="shop-api",
+                                  repo="sample-metrics")
+        enqueue_error(sender, event).get(timeout=90)
+    finally:
+        rerank_sim.start()
+
+    llm = scrape(stack, "llm")
+    assert value(llm, "tracehound_stage_seconds_count", stage="analyze") >= 1
+    assert value(llm, "tracehound_queue_wait_seconds_count", queue="llm") >= 1
+    cpu = scrape(stack, "cpu")
+    assert value(cpu, "tracehound_stage_seconds_count", stage="notify") >= 1
+    wait_until(lambda: value(scrape(stack, "rerank"), "tracehound_fallbacks_total",
+                             stage="rerank") == before + 1, 10, "rerank fallback counted")

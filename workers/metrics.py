@@ -1,0 +1,140 @@
+"""Prometheus metrics of a worker: stage latency, queue wait, swaps, fallbacks, retries.
+
+With TRACEHOUND_METRICS_PORT set, the worker's main process serves ``/metrics`` and aggregates
+its pool children through prometheus_client's multiprocess mode (the children write to
+PROMETHEUS_MULTIPROC_DIR, set here before prometheus_client is first imported).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from celery.signals import (
+    before_task_publish,
+    task_postrun,
+    task_prerun,
+    task_retry,
+    worker_init,
+    worker_process_shutdown,
+)
+
+from shared.pipeline import SENT_AT, stamp_sent_at
+
+before_task_publish.connect(stamp_sent_at, dispatch_uid="tracehound-sent-at")
+
+log = logging.getLogger(__name__)
+
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
+
+
+class _Metrics:
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Histogram
+
+        self.stage = Histogram(
+            "tracehound_stage_seconds", "Task run time per stage.", ["stage"], buckets=BUCKETS
+        )
+        self.wait = Histogram(
+            "tracehound_queue_wait_seconds",
+            "Time from publish to start, per queue.",
+            ["queue"],
+            buckets=BUCKETS,
+        )
+        self.swaps = Counter(
+            "tracehound_model_swaps_total",
+            "Model switches on a host made by this worker.",
+            ["host"],
+        )
+        self.fallbacks = Counter(
+            "tracehound_fallbacks_total",
+            "Stages that degraded instead of doing their job.",
+            ["stage"],
+        )
+        self.retries = Counter("tracehound_retries_total", "Task retries.", ["stage"])
+
+
+@cache
+def metrics() -> _Metrics | None:
+    """The metrics, or None when this worker does not export any."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    return _Metrics()
+
+
+def fallback(stage: str) -> None:
+    m = metrics()
+    if m is not None:
+        m.fallbacks.labels(stage).inc()
+
+
+def swap(host: str) -> None:
+    m = metrics()
+    if m is not None:
+        m.swaps.labels(host).inc()
+
+
+def _stage(task: Any) -> str:
+    return str(getattr(task, "name", "?")).rsplit(".", 1)[-1]
+
+
+_started: dict[str, float] = {}
+
+
+@task_prerun.connect
+def _prerun(task_id: str = "", task: Any = None, **_: Any) -> None:
+    _started[task_id] = time.monotonic()
+    m = metrics()
+    sent = getattr(task.request, SENT_AT, None) if task is not None else None
+    if m is not None and isinstance(sent, int | float):
+        queue = (task.request.delivery_info or {}).get("routing_key", "?")
+        m.wait.labels(queue).observe(max(0.0, time.time() - sent))
+
+
+@task_postrun.connect
+def _postrun(task_id: str = "", task: Any = None, **_: Any) -> None:
+    started = _started.pop(task_id, None)
+    m = metrics()
+    if m is not None and started is not None:
+        m.stage.labels(_stage(task)).observe(time.monotonic() - started)
+
+
+@task_retry.connect
+def _retry(sender: Any = None, **_: Any) -> None:
+    m = metrics()
+    if m is not None:
+        m.retries.labels(_stage(sender)).inc()
+
+
+@worker_init.connect
+def _serve(**_: Any) -> None:
+    """In the worker's main process, before the pool forks: start the /metrics server."""
+    from workers import context  # the app module imports this one: resolve at run time
+
+    port = context.settings().metrics_port
+    if not port:
+        return
+    directory = Path(context.settings().data_dir) / "metrics" / f"worker-{os.getpid()}"
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)
+    start_http_server(port, registry=registry)
+    log.info("metrics.serving", extra={"port": port, "dir": str(directory)})
+
+
+@worker_process_shutdown.connect
+def _child_exit(pid: int | None = None, **_: Any) -> None:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid())
