@@ -24,7 +24,7 @@ from starlette.routing import Route
 
 from shared.domain import ErrorEvent
 from shared.errors import PermanentError
-from shared.pipeline import enqueue_error
+from shared.intake import Intake, Submitted
 from shared.settings import Settings
 from shared.traces import STACK_FIELDS, event_from_json
 
@@ -145,14 +145,15 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def create_app(
-    sender: Celery,
+    intake: Intake,
     *,
     token: str | None,
     max_body_bytes: int,
     max_trace_bytes: int,
     default_service: str | None = None,
 ) -> Starlette:
-    """The ingest ASGI app; ``sender`` enqueues by task name (no worker code is imported)."""
+    """The ingest ASGI app; ``intake`` redacts, groups and enqueues by task name (no worker
+    code is imported)."""
 
     def authorized(request: Request) -> bool:
         if token is None:
@@ -174,8 +175,9 @@ def create_app(
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         service = request.query_params.get("service") or default_service
         batch = parse_batch(records, service=service, max_trace_bytes=max_trace_bytes)
-        if batch.accepted:
-            await run_in_threadpool(_enqueue_all, sender, batch.accepted)
+        submitted = (
+            await run_in_threadpool(_submit_all, intake, batch.accepted) if batch.accepted else []
+        )
         log.info(
             "ingest.batch",
             extra={
@@ -186,6 +188,16 @@ def create_app(
         )
         body = {
             "accepted": [e.id for e in batch.accepted],
+            # new: this event started an analysis; otherwise it was counted in its group.
+            "groups": [
+                {
+                    "event_id": s.event_id,
+                    "fingerprint": s.fingerprint,
+                    "new": s.new,
+                    "count": s.count,
+                }
+                for s in submitted
+            ],
             "rejected": batch.rejected,
             "ignored": batch.ignored,
         }
@@ -199,7 +211,7 @@ def create_app(
 
     async def readyz(request: Request) -> JSONResponse:
         try:
-            await run_in_threadpool(_ping, sender)
+            await run_in_threadpool(_ping, intake.app)
         except Exception as exc:  # any failure to reach the broker means not ready
             return JSONResponse({"status": "unavailable", "redis": str(exc)}, status_code=503)
         return JSONResponse({"status": "ready"})
@@ -213,9 +225,8 @@ def create_app(
     )
 
 
-def _enqueue_all(sender: Celery, events: list[ErrorEvent]) -> None:
-    for event in events:
-        enqueue_error(sender, event)
+def _submit_all(intake: Intake, events: list[ErrorEvent]) -> list[Submitted]:
+    return [intake.submit(event) for event in events]
 
 
 def _ping(sender: Celery) -> None:
@@ -228,6 +239,7 @@ def serve(settings: Settings, *, host: str, port: int, service: str | None) -> N
     """Run the ingest server in the foreground (``tracehound ingest``)."""
     import uvicorn
 
+    from shared.intake import intake_for
     from shared.pipeline import sender_app
 
     token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
@@ -237,7 +249,7 @@ def serve(settings: Settings, *, host: str, port: int, service: str | None) -> N
             "reach the port could flood the analysis queue"
         )
     app = create_app(
-        sender_app(settings),
+        intake_for(settings, sender_app(settings)),
         token=token,
         max_body_bytes=settings.ingest_max_body_bytes,
         max_trace_bytes=settings.max_trace_bytes,

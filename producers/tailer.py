@@ -33,7 +33,7 @@ FINGERPRINT_BYTES = 256
 READ_CHUNK = 1 << 20
 LINE_TRUNCATED = " …[line truncated by tracehound]"
 
-Enqueue = Callable[[ErrorEvent], None]
+Enqueue = Callable[[ErrorEvent], object]  # the return value (a group decision) is unused
 
 
 def fingerprint(f: BinaryIO, length: int = FINGERPRINT_BYTES) -> tuple[str, int]:
@@ -318,15 +318,17 @@ def run(
     stop: threading.Event | None = None,
 ) -> None:
     """Follow ``patterns`` until SIGINT/SIGTERM (``tracehound tail``)."""
-    from shared.pipeline import enqueue_error, sender_app
+    from shared.intake import intake_for
+    from shared.pipeline import sender_app
 
     app = sender_app(settings)
+    intake = intake_for(settings, app)
     state = (state_dir or settings.data_dir / "tail") / f"{_safe(service)}.json"
     tailer = Tailer(
         patterns,
         service=service,
         repo=repo or service,
-        enqueue=lambda event: enqueue_error(app, event),
+        enqueue=intake.submit,
         state_path=state,
         from_start=from_start,
         max_trace_bytes=settings.max_trace_bytes,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Sequence
@@ -33,6 +34,16 @@ class ChatModel(Protocol):
 @cache
 def template(name: str) -> Template:
     return Template(resources.files("shared").joinpath("prompts", name).read_text("utf-8"))
+
+
+@cache
+def prompt_version() -> str:
+    """Changes whenever a prompt template or the reply schema changes (analysis cache key)."""
+    parts = [
+        template(n).template for n in ("analysis_system.txt", "analysis_user.txt", "repair.txt")
+    ]
+    parts.append(json.dumps(analysis_schema(), sort_keys=True))
+    return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:12]
 
 
 @cache

@@ -1,8 +1,16 @@
-"""Source files cut into line-ranged chunks with the metadata both indexes store."""
+"""Source files cut into line-ranged chunks with the metadata both indexes store.
+
+Python follows the code's own structure (``ast``): a function, a method or a small class is one
+chunk, named by its qualified symbol. Other languages, and Python that does not parse, are cut
+into line windows that overlap.
+"""
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import warnings
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from shared.domain import Chunk
@@ -60,6 +68,8 @@ LANGUAGES: dict[str, str] = {
 }
 SPECIAL_NAMES = {"Dockerfile": "dockerfile", "Makefile": "make", "Jenkinsfile": "groovy"}
 TRUNCATED = " …[line truncated]"
+# Bumped whenever chunk boundaries change, so caches keyed on chunks are not reused across.
+CHUNKER_VERSION = "ast-1"
 
 
 def language_of(path: str) -> str | None:
@@ -107,6 +117,113 @@ def split_lines(
     return windows
 
 
+@dataclass(frozen=True)
+class Span:
+    """0-based [start, end) line range of one chunk and the symbol(s) it defines."""
+
+    start: int
+    end: int
+    symbol: str = ""
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _node_start(node: ast.stmt) -> int:
+    """0-based first line of a definition, decorators included."""
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+    return first - 1
+
+
+def _windows(
+    start: int, end: int, lines: list[str], symbol: str, size: int, overlap: int
+) -> list[Span]:
+    """Line windows over [start, end), each carrying ``symbol``."""
+    return [
+        Span(start + a, start + b, symbol)
+        for a, b in split_lines(end - start, lines[start:end], size=size, overlap=overlap)
+    ]
+
+
+def _python_spans(
+    body: list[ast.stmt],
+    start: int,
+    end: int,
+    lines: list[str],
+    prefix: str,
+    size: int,
+    overlap: int,
+) -> list[Span]:
+    """Spans partitioning [start, end): one per definition, windows for the code between."""
+    pieces: list[Span] = []
+    cursor = start
+    for node in body:
+        if not isinstance(node, _DEFS):
+            continue
+        node_start = max(_node_start(node), cursor)
+        node_end = min(node.end_lineno or node.lineno, end)
+        if node_start > cursor:
+            pieces.extend(_windows(cursor, node_start, lines, prefix.rstrip("."), size, overlap))
+        symbol = prefix + node.name
+        length = node_end - node_start
+        if length <= size or not isinstance(node, ast.ClassDef):
+            if length <= size + size // 2:
+                pieces.append(Span(node_start, node_end, symbol))
+            else:  # a long function: windows, all named after it
+                pieces.extend(_windows(node_start, node_end, lines, symbol, size, overlap))
+        else:  # a big class: its header and attributes, then each method on its own
+            pieces.extend(
+                _python_spans(node.body, node_start, node_end, lines, symbol + ".", size, overlap)
+            )
+        cursor = max(cursor, node_end)
+    if cursor < end:
+        pieces.extend(_windows(cursor, end, lines, prefix.rstrip("."), size, overlap))
+    # blank runs between definitions are no chunk of their own, and must not glue names together
+    pieces = [p for p in pieces if any(lines[i].strip() for i in range(p.start, p.end))]
+    return _merge_small(pieces, size // 2)
+
+
+def _merge_small(pieces: list[Span], limit: int) -> list[Span]:
+    """Neighbouring pieces joined while together they stay within ``limit`` lines.
+
+    Only pieces that do not overlap are joined (windows of one long body overlap and stay apart),
+    so a run of one-line helpers or a few imports does not become a chunk each.
+    """
+    merged: list[Span] = []
+    for piece in pieces:
+        prev = merged[-1] if merged else None
+        if prev and prev.end <= piece.start and piece.end - prev.start <= limit:
+            names = [n for n in (prev.symbol, piece.symbol) if n]
+            symbol = ", ".join(dict.fromkeys(", ".join(names).split(", "))) if names else ""
+            merged[-1] = Span(prev.start, piece.end, symbol)
+        else:
+            merged.append(piece)
+    return merged
+
+
+def python_spans(text: str, lines: list[str], *, size: int, overlap: int) -> list[Span] | None:
+    """Chunk spans following Python's structure, or None when the text does not parse."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escape sequences in old code, etc.
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return _python_spans(tree.body, 0, len(lines), lines, "", size, overlap)
+
+
+def spans_of(
+    path: str, text: str, lines: list[str], *, size: int, overlap: int
+) -> tuple[list[Span], bool]:
+    """The file's chunk spans, and whether they follow its structure (else line windows)."""
+    if language_of(path) == "python":
+        spans = python_spans(text, lines, size=size, overlap=overlap)
+        if spans is not None:
+            return spans, True
+    windows = split_lines(len(lines), lines, size=size, overlap=overlap)
+    return [Span(a, b) for a, b in windows], False
+
+
 def chunk_file(
     repo: str, path: str, text: str, *, size: int = 60, overlap: int = 10, max_chars: int = 6000
 ) -> list[Chunk]:
@@ -117,7 +234,15 @@ def chunk_file(
         lines.pop()
     chunks: list[Chunk] = []
     per_line = max(200, max_chars // 4)
-    for start, end in split_lines(len(lines), lines, size=size, overlap=overlap):
+    spans, structured = spans_of(path, "\n".join(lines), lines, size=size, overlap=overlap)
+    for span in spans:
+        start, end = span.start, span.end
+        while structured and start < end and not lines[start].strip():  # no blank edges
+            start += 1
+        while structured and end > start and not lines[end - 1].strip():
+            end -= 1
+        if start >= end:
+            continue
         body_lines = [
             ln if len(ln) <= per_line else ln[:per_line] + TRUNCATED for ln in lines[start:end]
         ]
@@ -137,6 +262,7 @@ def chunk_file(
                 language=language,
                 content_hash=h,
                 text=body,
+                symbol=span.symbol,
             )
         )
     return chunks
@@ -144,4 +270,6 @@ def chunk_file(
 
 def embedding_text(chunk: Chunk) -> str:
     """What is embedded for a chunk: its path gives the model the module's name and role."""
+    if chunk.symbol:
+        return f"{chunk.path} {chunk.symbol}\n{chunk.text}"
     return f"{chunk.path}\n{chunk.text}"

@@ -192,8 +192,9 @@ def analyze(
     timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 600.0,
 ) -> None:
     """Enqueue an error (raw trace text or a JSON event) for analysis."""
+    from shared.intake import intake_for
     from shared.notifiers import render_console
-    from shared.pipeline import enqueue_error, sender_app
+    from shared.pipeline import sender_app
     from shared.traces import parse_error_input
 
     settings = load_settings()
@@ -212,7 +213,16 @@ def analyze(
     except PermanentError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
-    result = enqueue_error(sender_app(settings), event)
+    submitted = intake_for(settings, sender_app(settings)).submit(event)
+    if submitted.result is None:
+        err.print(
+            f"event {event.id} is occurrence {submitted.count} of group "
+            f"{submitted.fingerprint} in this window: counted; its message was already "
+            "sent and shows the count",
+            highlight=False,
+        )
+        return
+    result = submitted.result
     err.print(
         f"enqueued event {event.id} (service {event.service}, repo {event.repo})", highlight=False
     )
@@ -294,6 +304,99 @@ def tail(
     settings = load_settings()
     err.print(f"tailing {' '.join(patterns)} for {service}", highlight=False)
     run(settings, patterns, service=service, repo=repo, from_start=from_start, state_dir=state_dir)
+
+
+@cli.command("eval")
+def eval_(
+    cases: Annotated[Path, typer.Option(help="Cases, one JSON object a line (bench format).")],
+    corpora: Annotated[
+        Path, typer.Option(help="Holds each case's corpus as <pypi_name>-<pypi_version>/.")
+    ],
+    modes: Annotated[
+        list[str] | None,
+        typer.Option("--modes", help="Modes to run (default: all; +rerank with a backend)."),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write summary and per-case results here.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N cases.")] = None,
+    embedder: Annotated[
+        str, typer.Option(help="simulator, or sentence-transformers (the eval extra).")
+    ] = "simulator",
+    max_seq_length: Annotated[
+        int | None, typer.Option(help="Tokens read per text by the sentence-transformers model.")
+    ] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Chunk-embedding cache (default DATA_DIR/eval-cache).")
+    ] = None,
+) -> None:
+    """Measure retrieval on bug-localization cases: file-level Recall@1/3/5/10 and MRR per mode."""
+    from shared.eval import (
+        BASE_MODES,
+        MODE_SIGNALS,
+        RERANK_SUFFIX,
+        EmbeddingCache,
+        load_cases,
+        make_embedder,
+        render_table,
+        run_eval,
+    )
+    from shared.reranker import HttpReranker
+
+    settings = load_settings()
+    reranker = None
+    if settings.rerank_backend != "none" and settings.rerank_url:
+        key = settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None
+        reranker = HttpReranker(
+            settings.rerank_backend,
+            settings.rerank_url,
+            settings.rerank_model,
+            timeout=settings.rerank_timeout,
+            api_key=key,
+        )
+    wanted = [m for arg in (modes or []) for m in arg.split(",") if m.strip()]
+    if not wanted:
+        wanted = list(BASE_MODES)
+        if reranker is not None:
+            wanted += [m + RERANK_SUFFIX for m in BASE_MODES]
+    unknown = [m for m in wanted if m.removesuffix(RERANK_SUFFIX) not in MODE_SIGNALS]
+    if unknown:
+        err.print(f"[red]unknown mode(s) {unknown}; choose from {', '.join(BASE_MODES)}")
+        raise typer.Exit(2)
+    if reranker is None and any(m.endswith(RERANK_SUFFIX) for m in wanted):
+        err.print("[red]+rerank modes need TRACEHOUND_RERANK_BACKEND and TRACEHOUND_RERANK_URL")
+        raise typer.Exit(2)
+    try:
+        case_list = load_cases(cases, limit=limit)
+        emb = make_embedder(embedder, max_seq_length=max_seq_length)
+    except (OSError, ValueError, PermanentError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    cache = EmbeddingCache((cache_dir or settings.data_dir / "eval-cache") / "vectors.sqlite")
+    try:
+        report = run_eval(
+            case_list,
+            corpora,
+            embedder=emb,
+            modes=wanted,
+            reranker=reranker,
+            cache=cache,
+            depth=settings.candidate_depth,
+            rrf_k=settings.rrf_k,
+            on_event=lambda msg: err.print(msg, highlight=False),
+        )
+    except PermanentError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    finally:
+        cache.close()
+    out.print(render_table(report))
+    for skipped in report.skipped:
+        err.print(f"skipped {skipped['id']}: {skipped['reason']}", highlight=False)
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report.to_json(), indent=1), "utf-8")
+        err.print(f"wrote {json_out}", highlight=False)
 
 
 @cli.command()

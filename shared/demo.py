@@ -10,9 +10,10 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
+from shared.intake import intake_for
 from shared.localstack import local_stack
 from shared.notifiers import render_console
-from shared.pipeline import enqueue_error, sender_app
+from shared.pipeline import sender_app
 from shared.reindex import index_repository
 from shared.settings import Settings
 from shared.simulators.ollama import OllamaSimulator
@@ -101,7 +102,12 @@ def run_demo(
             max_bytes=settings.max_trace_bytes,
         )
         err.print(f"analyzing {error_file} (event {event.id}) …")
-        notification = enqueue_error(app, event).get(timeout=900)
+        worker_settings = settings.model_copy(
+            update={"redis_url": localstack.env["TRACEHOUND_REDIS_URL"]}
+        )
+        submitted = intake_for(worker_settings, app).submit(event)
+        assert submitted.result is not None  # a fresh private Redis: the group is new
+        notification = submitted.result.get(timeout=900)
         console.print(
             Panel(
                 Text(render_console(notification["blocks"]).rstrip()),

@@ -38,9 +38,12 @@ class Chunk(Frozen):
     language: str
     content_hash: str
     text: str
+    # Qualified name(s) the chunk defines ("Cart.total", "a, b"); "" for module-level code
+    # and for languages chunked by line windows.
+    symbol: str = ""
 
     def metadata(self) -> dict[str, str | int]:
-        return {
+        meta: dict[str, str | int] = {
             "repo": self.repo,
             "path": self.path,
             "start_line": self.start_line,
@@ -48,6 +51,9 @@ class Chunk(Frozen):
             "language": self.language,
             "content_hash": self.content_hash,
         }
+        if self.symbol:  # Chroma metadata values must not be None
+            meta["symbol"] = self.symbol
+        return meta
 
 
 class ChunkHit(Frozen):
@@ -116,10 +122,18 @@ class StageVisit(Frozen):
     at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
 
+class GroupRef(Frozen):
+    """Which error group and window an analysis is for (see shared/groups.py)."""
+
+    fingerprint: str
+    window_start: int  # ms, Redis time
+
+
 class Investigation(Frozen):
     """The payload that travels down the analysis chain, growing one stage at a time."""
 
     event: ErrorEvent
+    group: GroupRef | None = None
     query: str = ""
     query_vector: list[float] | None = None
     candidates: list[Candidate] = Field(default_factory=list)

@@ -12,17 +12,25 @@ RRF_K = 60
 
 
 def reciprocal_rank_fusion(
-    rankings: Sequence[Sequence[ChunkHit]], *, k: int = RRF_K
+    rankings: Sequence[Sequence[ChunkHit]],
+    *,
+    k: int = RRF_K,
+    weights: Sequence[float] | None = None,
 ) -> list[ChunkHit]:
-    """Chunks scored by sum over rankings of 1 / (k + rank), rank starting at 1; best first.
+    """Chunks scored by sum over rankings of w / (k + rank), rank starting at 1; best first.
 
-    Ties are broken by first appearance, so the order is deterministic.
+    ``weights`` (one per ranking, default 1) let a sharper signal count for more; stack frames
+    name the failing code outright, so they outweigh one retriever's guess. Ties are broken by
+    first appearance, so the order is deterministic.
     """
+    if weights is not None and len(weights) != len(rankings):
+        raise ValueError(f"{len(weights)} weights for {len(rankings)} rankings")
     scores: dict[str, float] = {}
     hits: dict[str, ChunkHit] = {}
-    for ranking in rankings:
+    for n, ranking in enumerate(rankings):
+        w = 1.0 if weights is None else weights[n]
         for rank, hit in enumerate(ranking, start=1):
-            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + 1.0 / (k + rank)
+            scores[hit.chunk_id] = scores.get(hit.chunk_id, 0.0) + w / (k + rank)
             hits.setdefault(hit.chunk_id, hit)
     order = sorted(scores, key=lambda cid: -scores[cid])  # sorted() is stable
     return [hits[cid].model_copy(update={"score": scores[cid]}) for cid in order]

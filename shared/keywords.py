@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -21,6 +22,29 @@ class KeywordIndex(Protocol):
 class _Built:
     snap: CorpusSnapshot
     bm25: BM25Okapi | None
+    by_path: dict[str, list[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for i, (path, _, _) in enumerate(self.snap.meta):
+            self.by_path.setdefault(path, []).append(i)
+
+
+def chunks_covering(spans: list[tuple[int, int, int]], line: int | None) -> list[int]:
+    """Indexes of the (start, end, index) spans holding ``line``; else the nearest one.
+
+    A frame's line can fall outside every chunk (the trace came from another version of the
+    file, or the line was blank); the nearest chunk still holds the code around it.
+    """
+    if not spans:
+        return []
+    ordered = sorted(spans)
+    if line is None:
+        return [ordered[0][2]]
+    inside = [i for s, e, i in ordered if s <= line <= e]
+    if inside:
+        return inside[:1]
+    nearest = min(ordered, key=lambda t: min(abs(t[0] - line), abs(t[1] - line)))
+    return [nearest[2]]
 
 
 class BM25Index:
@@ -54,3 +78,13 @@ class BM25Index:
             ((int(i), float(scores[i])) for i in top if scores[i] > 0), key=lambda p: (-p[1], p[0])
         )
         return self.corpus.hits(repo, ranked, built.snap)
+
+    def paths(self, repo: str) -> Collection[str]:
+        return self._index(repo).by_path.keys()
+
+    def chunks_at(self, repo: str, path: str, line: int | None) -> list[ChunkHit]:
+        built = self._index(repo)
+        spans = [
+            (built.snap.meta[i][1], built.snap.meta[i][2], i) for i in built.by_path.get(path, [])
+        ]
+        return self.corpus.hits(repo, [(i, 0.0) for i in chunks_covering(spans, line)], built.snap)

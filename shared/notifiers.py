@@ -21,7 +21,14 @@ class Delivery:
 
 
 class Notifier(Protocol):
-    def send(self, text: str, blocks: list[dict[str, Any]]) -> Delivery: ...
+    destination: str
+
+    def send(
+        self, text: str, blocks: list[dict[str, Any]], *, thread_ts: str | None = None
+    ) -> Delivery: ...
+
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
+        """Rewrite a message already sent (a no-op where the destination cannot)."""
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -59,25 +66,38 @@ class SlackBotNotifier:
         self.channel = channel
         self._client = WebClient(token=token, base_url=base_url, timeout=int(timeout))
 
-    def send(self, text: str, blocks: list[dict[str, Any]]) -> Delivery:
+    destination = "slack"
+
+    def _call(self, method: str, **kwargs: Any) -> Any:
         from slack_sdk.errors import SlackApiError, SlackClientError
 
         try:
-            resp = self._client.chat_postMessage(
-                channel=self.channel,
-                text=text,
-                blocks=blocks,
-                unfurl_links=False,
-                unfurl_media=False,
-            )
+            return self._client.api_call(method, json=kwargs)
         except SlackApiError as exc:
             r = exc.response
             raise _slack_failure(
-                "slack chat.postMessage", r.status_code, str(r.get("error", "")), r.headers
+                f"slack {method}", r.status_code, str(r.get("error", "")), r.headers
             ) from exc
         except (SlackClientError, OSError) as exc:
-            raise TransientError(f"slack chat.postMessage: {exc}") from exc
+            raise TransientError(f"slack {method}: {exc}") from exc
+
+    def send(
+        self, text: str, blocks: list[dict[str, Any]], *, thread_ts: str | None = None
+    ) -> Delivery:
+        extra = {"thread_ts": thread_ts} if thread_ts else {}
+        resp = self._call(
+            "chat.postMessage",
+            channel=self.channel,
+            text=text,
+            blocks=blocks,
+            unfurl_links=False,
+            unfurl_media=False,
+            **extra,
+        )
         return Delivery("slack", channel=resp.get("channel"), ts=resp.get("ts"))
+
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
+        self._call("chat.update", channel=channel, ts=ts, text=text, blocks=blocks)
 
 
 class SlackWebhookNotifier:
@@ -88,7 +108,16 @@ class SlackWebhookNotifier:
 
         self._client = WebhookClient(url, timeout=int(timeout))
 
-    def send(self, text: str, blocks: list[dict[str, Any]]) -> Delivery:
+    destination = "slack-webhook"
+
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
+        return None  # a webhook message cannot be edited; the next window posts the count
+
+    def send(
+        self, text: str, blocks: list[dict[str, Any]], *, thread_ts: str | None = None
+    ) -> Delivery:
+        if thread_ts:
+            return Delivery("slack-webhook")  # webhooks cannot reply in threads
         try:
             resp = self._client.send(text=text, blocks=blocks)
         except OSError as exc:
@@ -134,12 +163,36 @@ class ConsoleNotifier:
         self.path = path
         self._stream = stream
 
-    def send(self, text: str, blocks: list[dict[str, Any]]) -> Delivery:
+    destination = "console"
+
+    def _write(self, record: dict[str, Any], shown: str) -> None:
         stream = self._stream or sys.stdout
-        stream.write(render_console(blocks))
+        stream.write(shown)
         stream.flush()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        record = {"at": datetime.now(UTC).isoformat(), "text": text, "blocks": blocks}
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        return Delivery("console", channel=str(self.path))
+
+    def send(
+        self, text: str, blocks: list[dict[str, Any]], *, thread_ts: str | None = None
+    ) -> Delivery:
+        ts = f"{datetime.now(UTC).timestamp():.6f}"
+        record = {
+            "at": datetime.now(UTC).isoformat(),
+            "ts": ts,
+            "thread_ts": thread_ts,
+            "text": text,
+            "blocks": blocks,
+        }
+        shown = render_console(blocks) if blocks else plain(text) + "\n"
+        self._write(record, ("  ↳ " if thread_ts else "") + shown)
+        return Delivery("console", channel=str(self.path), ts=ts)
+
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
+        record = {
+            "at": datetime.now(UTC).isoformat(),
+            "update_of": ts,
+            "text": text,
+            "blocks": blocks,
+        }
+        self._write(record, f"[updated {ts}] " + plain(text).splitlines()[0] + "\n")

@@ -17,7 +17,7 @@ from celery.result import AsyncResult
 from celery.signals import before_task_publish
 
 from shared import queues
-from shared.domain import ErrorEvent
+from shared.domain import ErrorEvent, GroupRef
 from shared.settings import Settings
 
 SENT_AT = "th_sent_at"  # message header: when it was published (workers measure queue wait)
@@ -46,9 +46,11 @@ def _sig(app: Celery, name: str, *args: Any) -> Any:
     return app.signature(name, args=args, queue=queues.ROUTES[name])
 
 
-def analysis_chain(app: Celery, event: ErrorEvent) -> Any:
+def analysis_chain(app: Celery, event: ErrorEvent, group: GroupRef | None = None) -> Any:
     """The five stages for one error event; each stage passes its result to the next."""
-    payload = {"event": event.model_dump(mode="json")}
+    payload: dict[str, Any] = {"event": event.model_dump(mode="json")}
+    if group is not None:
+        payload["group"] = group.model_dump(mode="json")
     return chain(
         _sig(app, queues.EMBED_QUERY, payload),
         _sig(app, queues.RETRIEVE),
@@ -58,9 +60,13 @@ def analysis_chain(app: Celery, event: ErrorEvent) -> Any:
     )
 
 
-def enqueue_error(app: Celery, event: ErrorEvent) -> AsyncResult:
-    """Start an analysis; the returned result is the notify stage's (the message sent)."""
-    return analysis_chain(app, event).apply_async()
+def enqueue_error(app: Celery, event: ErrorEvent, group: GroupRef | None = None) -> AsyncResult:
+    """Start an analysis; the returned result is the notify stage's (the message sent).
+
+    Producers go through shared.intake.Intake.submit, which redacts, groups and calls this
+    once per group and window; tests and tools may call it directly for one analysis.
+    """
+    return analysis_chain(app, event, group).apply_async()
 
 
 def enqueue_files(app: Celery, repo: str, files: list[dict[str, str]]) -> AsyncResult:

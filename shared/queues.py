@@ -22,6 +22,7 @@ INDEX_FILE = "tracehound.index_file"
 REMOVE_FILE = "tracehound.remove_file"
 PRUNE_REPO = "tracehound.prune_repo"
 EMBED_CHUNKS = "tracehound.embed_chunks"
+UPDATE_GROUP = "tracehound.update_group"
 
 ROUTES: dict[str, str] = {
     EMBED_QUERY: "embed",
@@ -34,6 +35,7 @@ ROUTES: dict[str, str] = {
     REMOVE_FILE: "index",
     PRUNE_REPO: "index",
     EMBED_CHUNKS: "embed",
+    UPDATE_GROUP: "notify",
 }
 
 # Redis priority of bulk index embedding on the shared embed queue: kombu serves priority 0
@@ -53,6 +55,7 @@ TIME_LIMITS: dict[str, int] = {
     REMOVE_FILE: 120,
     PRUNE_REPO: 600,
     EMBED_CHUNKS: 600,
+    UPDATE_GROUP: 60,
 }
 
 

@@ -1,18 +1,64 @@
-"""Hybrid retrieval: Chroma vectors and BM25 over the whole corpus, fused, grouped per file."""
+"""Hybrid retrieval: Chroma vectors, BM25 and stack frames over the whole corpus, fused per file."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from shared.domain import Candidate, ChunkHit
 from shared.errors import TracehoundError, TransientError
+from shared.frames import Frame, PathMapper, parse_frames
 from shared.fusion import group_by_file, reciprocal_rank_fusion
 from shared.keywords import KeywordIndex
-from shared.vectors import VectorIndex
 
 log = logging.getLogger(__name__)
+
+SIGNALS = frozenset({"vector", "bm25", "frames"})
+# A frame names the failing code outright: its chunk outweighs either retriever's first place,
+# so files on the trace come first and vectors and BM25 order them and fill in the rest.
+FRAME_WEIGHT = 3.0
+MAX_FRAMES = 12
+# Vendored third-party code on the trace (requests/packages/urllib3, sklearn/externals) is
+# rarely where the bug is; it still counts, after the project's own frames.
+VENDORED_WEIGHT = 0.25
+
+
+class VectorSearch(Protocol):
+    """The part of a vector index retrieval uses (Chroma's, or the eval's in-memory one)."""
+
+    def query(self, repo: str, vector: Sequence[float], n: int) -> list[ChunkHit]: ...
+
+
+@runtime_checkable
+class ChunkLocator(Protocol):
+    """What frames need from an index: the indexed paths and the chunk holding a line."""
+
+    def paths(self, repo: str) -> Collection[str]: ...
+    def chunks_at(self, repo: str, path: str, line: int | None) -> list[ChunkHit]: ...
+
+
+def frame_ranking(
+    repo: str, frames: Sequence[Frame], locator: ChunkLocator, *, max_frames: int = MAX_FRAMES
+) -> tuple[list[ChunkHit], list[ChunkHit]]:
+    """Chunks holding the lines of the trace's frames that fall in the repo, nearest the raise
+    first: (the project's own frames, vendored frames). Frames outside the repo are ignored."""
+    if not frames:
+        return [], []
+    mapped = PathMapper(locator.paths(repo)).map_frames(frames)
+    own: list[ChunkHit] = []
+    vendored: list[ChunkHit] = []
+    seen: set[str] = set()
+    for frame in mapped[: max_frames * 2]:
+        bucket = vendored if frame.vendored else own
+        if len(bucket) >= max_frames:
+            continue
+        for hit in locator.chunks_at(repo, frame.path, frame.line):
+            if hit.chunk_id not in seen:
+                seen.add(hit.chunk_id)
+                bucket.append(hit)
+    return own, vendored
 
 
 @dataclass
@@ -26,37 +72,67 @@ def hybrid_retrieve(
     text: str,
     vector: Sequence[float] | None,
     *,
-    vectors: VectorIndex,
+    vectors: VectorSearch,
     keywords: KeywordIndex,
     depth: int = 50,
     rrf_k: int = 60,
     degrade: bool = False,
+    frames: Sequence[Frame] | None = None,
+    locator: ChunkLocator | None = None,
+    signals: Collection[str] = SIGNALS,
+    frame_weight: float = FRAME_WEIGHT,
 ) -> Retrieved:
-    """Dense and BM25 candidates fused by reciprocal rank, then one candidate per file.
+    """Dense, BM25 and stack-frame candidates fused by reciprocal rank, then one per file.
+
+    ``frames`` default to those parsed from ``text`` (the query keeps the trace's frames); they
+    are located through ``locator``, by default the keyword index when it can. ``signals``
+    picks which of vector, bm25 and frames take part (the eval compares them).
 
     A retriever failing for good (PermanentError) is left out and noted; a transient failure is
     raised for the task to retry, except with ``degrade`` (the last attempt), where it is noted
     too, so the error still reaches the on-call engineer with whatever could be found.
     """
     rankings: list[list[ChunkHit]] = []
+    weights: list[float] = []
     notes: list[str] = []
-    if vector is not None:
+    if "frames" in signals:
+        if locator is None and isinstance(keywords, ChunkLocator):
+            locator = keywords
+        if locator is not None:
+            try:
+                own, vendored = frame_ranking(
+                    repo, parse_frames(text) if frames is None else frames, locator
+                )
+            except TracehoundError as exc:
+                if isinstance(exc, TransientError) and not degrade:
+                    raise
+                log.warning("retrieve.frames_failed", extra={"repo": repo, "reason": str(exc)})
+                notes.append(f"retrieval: stack frames not used ({exc})")
+            else:
+                for ranking, w in ((own, frame_weight), (vendored, frame_weight * VENDORED_WEIGHT)):
+                    if ranking:
+                        rankings.append(ranking)
+                        weights.append(w)
+    if vector is not None and "vector" in signals:
         try:
             rankings.append(vectors.query(repo, vector, depth))
+            weights.append(1.0)
         except TracehoundError as exc:
             if isinstance(exc, TransientError) and not degrade:
                 raise
             log.warning("retrieve.vector_failed", extra={"repo": repo, "reason": str(exc)})
             notes.append(f"retrieval: vector search failed ({exc})")
-    try:
-        rankings.append(keywords.search(repo, text, depth))
-    except TracehoundError as exc:
-        if isinstance(exc, TransientError) and not degrade:
-            raise
-        log.warning("retrieve.keyword_failed", extra={"repo": repo, "reason": str(exc)})
-        notes.append(f"retrieval: keyword search failed ({exc})")
+    if "bm25" in signals:
+        try:
+            rankings.append(keywords.search(repo, text, depth))
+            weights.append(1.0)
+        except TracehoundError as exc:
+            if isinstance(exc, TransientError) and not degrade:
+                raise
+            log.warning("retrieve.keyword_failed", extra={"repo": repo, "reason": str(exc)})
+            notes.append(f"retrieval: keyword search failed ({exc})")
     if not rankings:
         notes.append("retrieval: failed, no code context was found")
         return Retrieved([], notes)
-    fused = reciprocal_rank_fusion(rankings, k=rrf_k)
+    fused = reciprocal_rank_fusion(rankings, k=rrf_k, weights=weights)
     return Retrieved(group_by_file(fused), notes)

@@ -83,11 +83,39 @@ class Settings(BaseSettings):
     )
     ingest_max_body_bytes: int = Field(10_000_000, ge=1000)
 
+    # --- grouping, dedup, safety ---
+    group_window: float = Field(
+        1800.0, gt=0, description="Seconds: repeats of a group inside it only count."
+    )
+    group_update_interval: float = Field(
+        60.0, gt=0, description="Seconds between count updates / thread replies per group."
+    )
+    grouping_config: Path | None = Field(
+        None, description="JSON/YAML: per-service in-app path prefixes and custom rules."
+    )
+    redact: bool = Field(True, description="Redact secrets before embedding, LLM and Slack.")
+    redact_extra: list[str] = Field(
+        default_factory=list, description="More regexes whose matches are redacted."
+    )
+    redact_disable: list[str] = Field(
+        default_factory=list, description="Names of built-in redaction rules to turn off."
+    )
+
     # --- notification ---
     slack_bot_token: SecretStr | None = None
     slack_channel: str | None = None
     slack_webhook_url: SecretStr | None = None
     slack_base_url: str = "https://slack.com/api/"
+    slack_thread_only: bool = Field(
+        False, description="A recurrence after the window replies in the first message's thread."
+    )
+    repo_url_template: str | None = Field(
+        None, description="Link files: e.g. https://github.com/acme/{repo}/blob/main/{path}"
+        "#L{start}-L{end}"
+    )
+    min_relevance: float = Field(
+        0.2, ge=0, le=1, description="Best rerank score below this: no strongly relevant code."
+    )
     notify_file: Path | None = Field(
         None, description="Console notifier's JSON-lines file; default DATA_DIR/notifications.jsonl"
     )

@@ -7,6 +7,7 @@ everything else is the real thing, started here on free ports and stopped at the
 from __future__ import annotations
 
 import contextlib
+import gc
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,6 +66,9 @@ def stack(
         "TRACEHOUND_RETRY_BACKOFF_MAX": "1",
         "TRACEHOUND_RERANK_TIMEOUT": "5",
         "TRACEHOUND_CHROMA_TIMEOUT": "5",
+        # Count updates and thread replies once a second, so grouping tests see them quickly.
+        "TRACEHOUND_GROUP_UPDATE_INTERVAL": "1",
+        "TRACEHOUND_SLACK_THREAD_ONLY": "true",
     }
     s = LocalStack(workdir, env)
     try:
@@ -85,6 +89,7 @@ def settings(stack: LocalStack) -> Settings:
 def sender(settings: Settings):  # type: ignore[no-untyped-def]
     app = sender_app(settings)
     yield app
+    gc.collect()  # drop AsyncResults (and their Redis subscriptions) while Redis still runs
     app.close()
 
 

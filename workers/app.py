@@ -11,7 +11,7 @@ from workers import context, metrics  # noqa: F401  (metrics connects its signal
 
 app = Celery(
     "tracehound",
-    include=["workers.tasks.analysis", "workers.tasks.indexing"],
+    include=["workers.tasks.analysis", "workers.tasks.delivery", "workers.tasks.indexing"],
 )
 
 

@@ -7,11 +7,13 @@ from typing import Any
 
 import redis
 from celery.signals import task_postrun, worker_process_init, worker_process_shutdown
+from shared.redact import Redactor
 
 from shared import queues
 from shared.analysis import ChatModel, OllamaChat
 from shared.corpus import RedisCorpus
 from shared.embedder import Embedder, OllamaEmbedder
+from shared.groups import GroupStore
 from shared.hosts import (
     PRIORITY_BULK,
     PRIORITY_CHAIN,
@@ -115,6 +117,15 @@ class Clients:
             temperature=s.llm_temperature,
         )
         return LeasedChat(inner, self.session(s.llm_base_url), s.llm_base_url, PRIORITY_CHAIN)
+
+    @cached_property
+    def groups(self) -> GroupStore:
+        return GroupStore(self.redis, window_s=self.settings.group_window)
+
+    @cached_property
+    def redactor(self) -> Redactor:
+        s = self.settings
+        return Redactor.from_settings(s.redact, s.redact_extra, s.redact_disable)
 
     @cached_property
     def console(self) -> ConsoleNotifier:

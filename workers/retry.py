@@ -13,10 +13,15 @@ def attempts_left(task: Any, max_retries: int | None = None) -> bool:
     return bool(task.request.retries < limit)
 
 
-def retry(task: Any, exc: TransientError, max_retries: int | None = None) -> Exception:
-    """The exception that reschedules ``task``; raise it (``raise retry(self, exc)``)."""
+def retry(
+    task: Any, exc: TransientError, max_retries: int | None = None, *, forever: bool = False
+) -> Exception:
+    """The exception that reschedules ``task``; raise it (``raise retry(self, exc)``).
+
+    ``forever``: no limit (Slack delivery waits as long as Slack needs).
+    """
     s = context.settings()
-    limit = s.stage_max_retries if max_retries is None else max_retries
+    limit = None if forever else s.stage_max_retries if max_retries is None else max_retries
     countdown = (
         exc.retry_after
         if exc.retry_after is not None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -40,11 +42,16 @@ def test_index_then_analyze_with_wait_prints_the_message(stack: LocalStack) -> N
     assert "delivered to: slack" in done.stdout
 
 
-def test_analyze_reads_a_json_event_from_stdin(stack: LocalStack) -> None:
-    event = (DATA / "sample-event.json").read_text()
+def test_analyze_reads_a_json_event_from_stdin_and_counts_a_repeat(stack: LocalStack) -> None:
+    record = json.loads((DATA / "sample-event.json").read_text())
+    event = json.dumps({**record, "service": f"stdin-{uuid.uuid4().hex[:6]}"})
     done = run_cli(["analyze", "-", "--repo", "cli-sample"], stack.env, stdin=event)
     assert done.returncode == 0, done.stderr
     assert "enqueued event" in done.stderr
+
+    again = run_cli(["analyze", "-", "--repo", "cli-sample"], stack.env, stdin=event)
+    assert again.returncode == 0
+    assert "occurrence 2 of group" in again.stderr and "counted" in again.stderr
 
 
 def test_index_of_a_missing_path_exits_2_with_a_clear_error(stack: LocalStack) -> None:

@@ -6,6 +6,7 @@ import gzip
 import json
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,26 +61,40 @@ def event(**fields: Any) -> dict[str, Any]:
     return {"service": "shop-api", "repo": "sample", "message": "boom", **fields}
 
 
+def fresh_service() -> str:
+    """Groups are per service: a new name keeps other tests' groups out of this one."""
+    return f"svc-{uuid.uuid4().hex[:8]}"
+
+
 def test_single_event_is_accepted_and_analyzed(ingest_url: str,
                                                slack_sim: SlackSimulator) -> None:
     r = post(ingest_url, json.dumps({"message": "ZeroDivisionError: division by zero",
-                                     "stack": TRACE, "repo": "sample"}))
+                                     "stack": TRACE, "repo": "sample",
+                                     "service": fresh_service()}))
     assert r.status_code == 202, r.text
     [event_id] = r.json()["accepted"]
+    assert r.json()["groups"][0]["new"] is True
     assert delivered(slack_sim, [event_id]) == 1
 
 
 def test_vector_json_array_and_fluent_bit_ndjson_shapes(ingest_url: str,
                                                         slack_sim: SlackSimulator) -> None:
-    vector = [event(stack_trace=TRACE), event(error={"message": "x", "stack": TRACE})]
+    service = fresh_service()
+    vector = [event(stack_trace=TRACE, service=service),
+              event(error={"message": "x", "stack": TRACE}, service=service)]
     fluent = "\n".join(json.dumps({"date": 1732950000.1, "log": "payment failed: card declined",
-                                   "level": "error", "repo": "sample"}) for _ in range(2))
+                                   "level": "error", "repo": "sample", "service": service})
+                       for _ in range(2))
     r1 = post(ingest_url, json.dumps(vector), {"Content-Type": "application/json"})
     r2 = post(ingest_url, fluent, {"Content-Type": "application/x-ndjson"})
     assert r1.status_code == r2.status_code == 202
-    ids = r1.json()["accepted"] + r2.json()["accepted"]
-    assert len(ids) == 4
-    assert delivered(slack_sim, ids) == 4
+    assert len(r1.json()["accepted"] + r2.json()["accepted"]) == 4
+    # Same trace twice, same message twice: two groups, each analyzed once, counted twice.
+    groups = r1.json()["groups"] + r2.json()["groups"]
+    assert [g["new"] for g in groups] == [True, False, True, False]
+    assert [g["count"] for g in groups] == [1, 2, 1, 2]
+    new_ids = [g["event_id"] for g in groups if g["new"]]
+    assert delivered(slack_sim, new_ids) == 2
 
 
 def test_gzip_body_is_accepted(ingest_url: str) -> None:

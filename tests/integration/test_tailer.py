@@ -27,7 +27,8 @@ def traceback_record(n: int) -> str:
     return (
         f"2026-11-30 10:00:{n % 60:02d},000 ERROR [shop] request {n} failed\n"
         "Traceback (most recent call last):\n"
-        '  File "/srv/app/shopapp/services/pricing.py", line 91, in _allocate_discount\n'
+        # A call site per record: each is its own error group, so each starts a chain.
+        f'  File "/srv/app/shopapp/services/pricing.py", line 91, in allocate_{n}\n'
         "    line.unit_discount_cents = round_half_up(share / line.quantity)\n"
         f"ZeroDivisionError: division by zero (marker-{n})\n"
     )

@@ -107,3 +107,16 @@ def test_chunks_per_file_are_capped_keeping_the_best() -> None:
     [candidate] = group_by_file(fused, chunks_per_file=2)
     assert ids(candidate.chunks) == ["c0", "c1"]
     assert candidate.lines == "1-10"
+
+
+def test_weights_scale_each_rankings_contribution() -> None:
+    frames = [hit("framed")]
+    dense = [hit("dense-top"), hit("framed")]
+    fused = {h.chunk_id: h.score for h in reciprocal_rank_fusion([frames, dense], weights=[3, 1])}
+    assert fused["framed"] == pytest.approx(3 / 61 + 1 / 62)
+    assert fused["dense-top"] == pytest.approx(1 / 61)
+
+
+def test_weights_must_match_the_rankings() -> None:
+    with pytest.raises(ValueError):
+        reciprocal_rank_fusion([[hit("a")]], weights=[1.0, 2.0])

@@ -21,6 +21,7 @@ TASK_NAMES = [
     queues.REMOVE_FILE,
     queues.PRUNE_REPO,
     queues.EMBED_CHUNKS,
+    queues.UPDATE_GROUP,
 ]
 
 
@@ -105,10 +106,9 @@ def test_analysis_chain_runs_the_five_stages_in_order_on_their_queues() -> None:
 @pytest.fixture(scope="module")
 def registered() -> dict[str, object]:
     """The tracehound tasks the worker app registers, imported here without Redis running."""
-    import workers.tasks.analysis
-    import workers.tasks.indexing  # noqa: F401
     from workers.app import app
 
+    app.loader.import_default_modules()  # what `celery worker` does: the app's include list
     return {name: task for name, task in app.tasks.items() if name.startswith("tracehound.")}
 
 

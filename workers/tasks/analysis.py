@@ -7,7 +7,7 @@ message; only Slack delivery retries until Slack takes it.
 
 from __future__ import annotations
 
-import json
+import hashlib
 import logging
 from typing import Any
 
@@ -15,11 +15,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from shared import queues as q
 from shared.analysis import analyze as run_analysis
-from shared.analysis import degraded
-from shared.domain import Investigation, Notification
+from shared.analysis import degraded, prompt_version
+from shared.domain import Analysis, Investigation
 from shared.errors import PermanentError, TracehoundError, TransientError
-from shared.message import build_message, top_files
-from shared.notifiers import Delivery
 from shared.query import build_query
 from shared.reranker import rerank_candidates
 from shared.retrieval import hybrid_retrieve
@@ -29,13 +27,21 @@ from workers.retry import attempts_left, retry, visit
 
 log = logging.getLogger(__name__)
 
-NOTIFIED_TTL = 7 * 24 * 3600
-PENDING = "pending"
-NOTIFY_MAX_RETRIES = 50  # with Retry-After pacing: Slack gets many chances before a fallback
-
 
 def _load(task: Any, payload: dict[str, Any]) -> Investigation:
     return Investigation.model_validate(payload).visited(*visit(task))
+
+
+ANALYSIS_CACHE_TTL = 30 * 24 * 3600
+
+
+def _analysis_key(inv: Investigation, model: str) -> str | None:
+    """Group + model + prompt version + the exact code shown (chunk ids hash their text)."""
+    if inv.group is None:
+        return None
+    chunk_ids = sorted(h.chunk_id for c in inv.candidates for h in c.chunks)
+    key = "\0".join([inv.group.fingerprint, model, prompt_version(), *chunk_ids])
+    return f"th:analysis:{hashlib.sha1(key.encode()).hexdigest()}"
 
 
 @app.task(**task_options(q.EMBED_QUERY))
@@ -43,6 +49,8 @@ def embed_query(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     """Embed the query built from the error; if embedding fails for good, go on keyword-only."""
     inv = _load(self, payload)
     ctx = context.clients()
+    # Producers redact already; this keeps secrets out of the models for any other caller.
+    inv = inv.model_copy(update={"event": ctx.redactor.redact_event(inv.event)})
     query = build_query(inv.event)
     vector: list[float] | None = None
     try:
@@ -120,8 +128,26 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     """LLM analysis with a JSON schema; transient failures retried, then a degraded analysis."""
     inv = _load(self, payload)
     ctx = context.clients()
+    cache_key = _analysis_key(inv, ctx.chat.model)
+    cached = ctx.redis.get(cache_key) if cache_key else None
+    if cached:
+        # Same group, model, prompt and code as an earlier analysis: it would say the same.
+        analysis = Analysis.model_validate_json(cached)
+        inv = inv.noted("analysis: reused from an earlier occurrence (code unchanged)")
+        return inv.model_copy(update={"analysis": analysis}).model_dump(mode="json")
+    # Code can hold secrets too (a config default, a test fixture): redact what the LLM reads.
+    safe = [
+        c.model_copy(
+            update={
+                "chunks": [
+                    h.model_copy(update={"text": ctx.redactor.redact(h.text)}) for h in c.chunks
+                ]
+            }
+        )
+        for c in inv.candidates
+    ]
     try:
-        analysis = run_analysis(inv.event, inv.candidates, ctx.chat)
+        analysis = run_analysis(inv.event, safe, ctx.chat)
     except TransientError as exc:
         if attempts_left(self):
             raise retry(self, exc) from exc
@@ -137,51 +163,6 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         log.warning(
             "analyze.degraded", extra={"event_id": inv.event.id, "reason": analysis.degraded_reason}
         )
+    elif cache_key:
+        ctx.redis.set(cache_key, analysis.model_dump_json(), ex=ANALYSIS_CACHE_TTL)
     return inv.model_copy(update={"analysis": analysis}).model_dump(mode="json")
-
-
-@app.task(**task_options(q.NOTIFY))
-def notify(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
-    """Send the message once per event; 429 waits for Retry-After; a refusal falls back to file."""
-    inv = _load(self, payload)
-    ctx = context.clients()
-    guard = f"th:notified:{inv.event.id}"
-    # Claim the event before posting (SET NX): of two runs of this task (acks_late, a
-    # duplicate enqueue) only one posts; the other waits for the claim to resolve.
-    if not ctx.redis.set(guard, PENDING, nx=True, ex=q.TIME_LIMITS[q.NOTIFY] + 30):
-        sent = ctx.redis.get(guard)
-        if sent and sent != PENDING.encode():
-            return dict(json.loads(sent))
-        raise self.retry(countdown=5, max_retries=NOTIFY_MAX_RETRIES)
-    text, blocks = build_message(inv)
-    try:
-        delivery = ctx.notifier.send(text, blocks)
-    except TransientError as exc:
-        if attempts_left(self, NOTIFY_MAX_RETRIES):
-            ctx.redis.delete(guard)
-            raise retry(self, exc, NOTIFY_MAX_RETRIES) from exc
-        delivery = _fallback(inv, text, blocks, f"Slack kept failing: {exc}")
-    except PermanentError as exc:
-        delivery = _fallback(inv, text, blocks, str(exc))
-    result = Notification(
-        event_id=inv.event.id,
-        destination=delivery.destination,
-        channel=delivery.channel,
-        ts=delivery.ts,
-        text=text,
-        blocks=blocks,
-        notes=inv.notes,
-        top_files=top_files(inv),
-        trail=inv.trail,
-        analysis=inv.analysis,
-    ).model_dump(mode="json")
-    ctx.redis.set(guard, json.dumps(result), ex=NOTIFIED_TTL)
-    return result
-
-
-def _fallback(inv: Investigation, text: str, blocks: list[dict[str, Any]], reason: str) -> Delivery:
-    """Never drop a finished analysis: keep it in the console notifier's file, loudly."""
-    log.error("notify.fallback", extra={"event_id": inv.event.id, "reason": reason})
-    metrics.fallback("notify")
-    delivery = context.clients().console.send(text, blocks)
-    return Delivery(f"console (slack failed: {reason})", channel=delivery.channel)

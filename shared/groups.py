@@ -1,0 +1,148 @@
+"""Error groups in Redis: the first event of a group in a window runs the chain, the rest count.
+
+Keys per group (``{fp}`` is the fingerprint value):
+  th:group:{fp}          hash: service, first_seen, last_seen (ms, Redis time), total,
+                         window_start, window_count, msg_channel, msg_ts, msg_window,
+                         thread_reply_at
+  th:group:{fp}:message  the last message posted for the group (JSON: text, blocks), so a
+                         repeat can update its count with chat.update
+Counting is one Lua script, so a storm of identical events yields exactly one "new".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+IDLE_EXPIRY_S = 30 * 24 * 3600
+
+_RECORD = """
+-- KEYS: group ; ARGV: window_ms, service, expiry_s
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ws = tonumber(redis.call('HGET', KEYS[1], 'window_start'))
+local new = 0
+if (not ws) or (now - ws >= tonumber(ARGV[1])) then
+  ws = now
+  new = 1
+  redis.call('HSET', KEYS[1], 'window_start', now, 'window_count', 0)
+end
+redis.call('HSETNX', KEYS[1], 'first_seen', now)
+redis.call('HSETNX', KEYS[1], 'service', ARGV[2])
+redis.call('HSET', KEYS[1], 'last_seen', now)
+local count = redis.call('HINCRBY', KEYS[1], 'window_count', 1)
+local total = redis.call('HINCRBY', KEYS[1], 'total', 1)
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return {new, ws, count, total, tonumber(redis.call('HGET', KEYS[1], 'first_seen')), now}
+"""
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """What recording one event told us about its group."""
+
+    fingerprint: str
+    new: bool  # first event of the group in this window: run the analysis chain
+    window_start: int  # ms; identifies the window
+    count: int  # events in this window so far
+    total: int
+    first_seen: int  # ms
+    last_seen: int  # ms
+
+
+@dataclass(frozen=True)
+class GroupState:
+    fingerprint: str
+    first_seen: int
+    last_seen: int
+    total: int
+    window_start: int
+    window_count: int
+    msg_channel: str | None
+    msg_ts: str | None
+    msg_window: int | None
+    thread_reply_at: int | None
+
+
+def _s(v: Any) -> str | None:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+class GroupStore:
+    def __init__(self, r: redis.Redis, *, window_s: float) -> None:
+        self.r = r
+        self.window_ms = int(window_s * 1000)
+        self._record = r.register_script(_RECORD)
+
+    @staticmethod
+    def key(fp: str) -> str:
+        return f"th:group:{fp}"
+
+    def record(self, fp: str, service: str) -> Occurrence:
+        new, ws, count, total, first, now = self._record(
+            keys=[self.key(fp)], args=[self.window_ms, service, IDLE_EXPIRY_S]
+        )
+        return Occurrence(fp, bool(new), int(ws), int(count), int(total), int(first), int(now))
+
+    def state(self, fp: str) -> GroupState | None:
+        raw = {_s(k): _s(v) for k, v in self.r.hgetall(self.key(fp)).items()}
+        if not raw:
+            return None
+
+        def num(name: str) -> int | None:
+            value = raw.get(name)
+            return int(value) if value not in (None, "") else None
+
+        return GroupState(
+            fingerprint=fp,
+            first_seen=num("first_seen") or 0,
+            last_seen=num("last_seen") or 0,
+            total=num("total") or 0,
+            window_start=num("window_start") or 0,
+            window_count=num("window_count") or 0,
+            msg_channel=raw.get("msg_channel"),
+            msg_ts=raw.get("msg_ts"),
+            msg_window=num("msg_window"),
+            thread_reply_at=num("thread_reply_at"),
+        )
+
+    def set_message(
+        self,
+        fp: str,
+        window_start: int,
+        channel: str | None,
+        ts: str | None,
+        text: str,
+        blocks: list[dict[str, Any]],
+    ) -> None:
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(
+            self.key(fp),
+            mapping={"msg_channel": channel or "", "msg_ts": ts or "", "msg_window": window_start},
+        )
+        pipe.set(
+            f"{self.key(fp)}:message",
+            json.dumps({"text": text, "blocks": blocks}),
+            ex=IDLE_EXPIRY_S,
+        )
+        pipe.execute()
+
+    def message(self, fp: str) -> dict[str, Any] | None:
+        raw = self.r.get(f"{self.key(fp)}:message")
+        return json.loads(raw) if raw else None
+
+    def claim_update(self, fp: str, interval_s: float) -> bool:
+        """At most one pending count update per group and interval (SET NX)."""
+        return bool(
+            self.r.set(f"{self.key(fp)}:update", "1", nx=True, px=max(1, int(interval_s * 1000)))
+        )
+
+    def mark_thread_reply(self, fp: str, at_ms: int) -> None:
+        self.r.hset(self.key(fp), "thread_reply_at", at_ms)
+
+    def now_ms(self) -> int:
+        secs, micros = self.r.time()
+        return int(secs) * 1000 + int(micros) // 1000

@@ -1,0 +1,170 @@
+"""Error groups through HTTP ingest: a storm is one analysis and one message; repeats count."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from shared.localstack import LocalStack, Proc, free_port, spawn, wait_until
+from shared.simulators.ollama import OllamaSimulator
+from shared.simulators.slack import SlackSimulator
+from tests.conftest import DATA
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "grouping-secret"
+TRACE = (DATA / "sample-error.txt").read_text()
+
+
+@pytest.fixture
+def ingest(stack: LocalStack) -> Iterator[Callable[..., str]]:
+    """Start ``tracehound ingest`` with extra settings; returns its URL."""
+    procs: list[Proc] = []
+
+    def start(**env: str) -> str:
+        port = free_port()
+        proc = spawn(f"ingest-{port}", [str(Path(sys.executable).parent / "tracehound"),
+                                        "ingest", "--port", str(port)],
+                     stack.workdir / "logs",
+                     env={**stack.env, "TRACEHOUND_INGEST_TOKEN": TOKEN, **env})
+        procs.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: httpx.get(f"{url}/healthz", timeout=1).is_success, 30, "ingest")
+        return url
+
+    yield start
+    for p in procs:
+        p.stop()
+
+
+def post(url: str, records: list[dict[str, Any]]) -> dict[str, Any]:
+    body = "\n".join(json.dumps(r) for r in records)
+    r = httpx.post(f"{url}/v1/events", content=body, timeout=120,
+                   headers={"Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 202, r.text
+    return dict(r.json())
+
+
+def top_level(slack_sim: SlackSimulator, service: str) -> list[dict[str, Any]]:
+    return [m for m in slack_sim.messages
+            if not m.get("thread_ts") and service in json.dumps(m.get("blocks"))]
+
+
+def replies(slack_sim: SlackSimulator, ts: str) -> list[dict[str, Any]]:
+    return [m for m in slack_sim.messages if m.get("thread_ts") == ts]
+
+
+def storm_event(service: str, i: int) -> dict[str, Any]:
+    # Different request ids and timings in the message: the same error all the same.
+    return {"service": service, "repo": "sample", "level": "ERROR",
+            "message": f"ZeroDivisionError: division by zero (request {i}, took {i % 97} ms)",
+            "stack": TRACE}
+
+
+def test_a_storm_of_10000_identical_events_is_one_analysis_and_one_message(
+    ingest: Callable[..., str], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
+) -> None:
+    url = ingest()
+    service = f"storm-{uuid.uuid4().hex[:6]}"
+    ollama_sim.clear_log()
+    new = 0
+    for start in range(0, 10_000, 1000):
+        out = post(url, [storm_event(service, i) for i in range(start, start + 1000)])
+        new += sum(g["new"] for g in out["groups"])
+    assert new == 1
+
+    def counted() -> bool:
+        msgs = top_level(slack_sim, service)
+        return len(msgs) == 1 and "*10,000* times" in json.dumps(msgs[0]["blocks"])
+
+    wait_until(counted, 60, "the message's count reaching 10,000", interval=0.5)
+    chats = [r for r in ollama_sim.requests_to("/api/chat")
+             if service in json.dumps(r["body"])]
+    assert len(chats) == 1
+    [message] = top_level(slack_sim, service)
+    thread = replies(slack_sim, message["ts"])
+    assert thread and "Stack trace" in thread[0]["text"]  # the trace went to the thread
+    # At most one "still happening" reply per interval (1 s in the tests), not one per event.
+    assert len(thread) < 30
+
+
+def test_after_the_window_a_recurrence_replies_in_the_thread_reusing_the_analysis(
+    ingest: Callable[..., str], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
+) -> None:
+    url = ingest(TRACEHOUND_GROUP_WINDOW="2")
+    service = f"recur-{uuid.uuid4().hex[:6]}"
+    ollama_sim.clear_log()
+    assert post(url, [storm_event(service, 1)])["groups"][0]["new"]
+    wait_until(lambda: len(top_level(slack_sim, service)) == 1, 60, "first message")
+    time.sleep(2.2)  # the 2 s window closes
+
+    assert post(url, [storm_event(service, 2)])["groups"][0]["new"]
+
+    [first] = top_level(slack_sim, service)
+    wait_until(lambda: any("reused" in json.dumps(m["blocks"])
+                           for m in replies(slack_sim, first["ts"])), 60, "recurrence reply")
+    chats = [r for r in ollama_sim.requests_to("/api/chat") if service in json.dumps(r["body"])]
+    assert len(chats) == 1  # same group, model, prompt and code: the analysis was reused
+    assert len(top_level(slack_sim, service)) == 1  # thread-only mode kept the channel quiet
+
+
+def test_a_planted_secret_never_reaches_the_models_or_slack(
+    ingest: Callable[..., str], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
+    rerank_sim: OllamaSimulator,
+) -> None:
+    url = ingest()
+    service = f"secret-{uuid.uuid4().hex[:6]}"
+    secrets = ["AKIAIOSFODNN7EXAMPLE", "hunter2hunter2", "oncall@example.com"]
+    ollama_sim.clear_log()
+    event = storm_event(service, 0) | {
+        "message": "ConnectionError: postgres://app:hunter2hunter2@db:5432/shop refused "
+                   "for oncall@example.com <!channel> key=AKIAIOSFODNN7EXAMPLE",
+    }
+    post(url, [event])
+    wait_until(lambda: len(top_level(slack_sim, service)) == 1, 60, "the message")
+
+    seen_by_models = json.dumps([r["body"] for r in ollama_sim.requests + rerank_sim.requests])
+    seen_by_slack = json.dumps([m for m in slack_sim.messages if service in json.dumps(m)])
+    for secret in secrets:
+        assert secret not in seen_by_models
+        assert secret not in seen_by_slack
+    assert "[REDACTED" in seen_by_slack
+    assert "<!channel>" not in seen_by_slack  # escaped: no mention from a log line
+
+
+def test_two_groups_at_once_are_paced_on_the_channel(
+    ingest: Callable[..., str], slack_sim: SlackSimulator,
+) -> None:
+    url = ingest()
+    a, b = f"pace-a-{uuid.uuid4().hex[:6]}", f"pace-b-{uuid.uuid4().hex[:6]}"
+    post(url, [storm_event(a, 0), storm_event(b, 0)])
+    wait_until(lambda: top_level(slack_sim, a) and top_level(slack_sim, b), 60, "both")
+    times = sorted(m["t"] for m in top_level(slack_sim, a) + top_level(slack_sim, b))
+    assert times[1] - times[0] >= 0.9
+
+
+def test_group_counting_is_atomic_under_concurrency_and_windows_roll(
+    redis_client: Any,
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shared.groups import GroupStore
+
+    store = GroupStore(redis_client, window_s=1.0)
+    fp = f"v1:test-{uuid.uuid4().hex}"
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: store.record(fp, "svc"), range(800)))
+    assert sum(r.new for r in results) == 1
+    assert sorted(r.count for r in results) == list(range(1, 801))
+    time.sleep(1.1)
+    later = store.record(fp, "svc")
+    assert later.new and later.count == 1 and later.total == 801
+    assert later.first_seen == results[0].first_seen < later.window_start

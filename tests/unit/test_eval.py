@@ -1,0 +1,181 @@
+"""The eval harness end to end on a tiny corpus with the simulator's embeddings (runs in CI)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shared.eval import (
+    BASE_MODES,
+    Case,
+    EmbeddingCache,
+    SimulatorEmbedder,
+    load_cases,
+    recall_at,
+    reciprocal_rank,
+    run_eval,
+    summarize,
+)
+
+
+def test_recall_and_reciprocal_rank_arithmetic() -> None:
+    ranked = ["a.py", "b.py", "c.py", "d.py"]
+    assert recall_at(ranked, {"b.py", "z.py"}, 1) == 0.0
+    assert recall_at(ranked, {"b.py", "z.py"}, 2) == 0.5
+    assert recall_at(ranked, {"a.py", "d.py"}, 10) == 1.0
+    assert reciprocal_rank(ranked, {"c.py"}) == pytest.approx(1 / 3)
+    assert reciprocal_rank(ranked, {"z.py"}) == 0.0
+    s = summarize([(ranked, {"a.py"}), (ranked, {"c.py", "z.py"})])
+    assert s["recall@1"] == pytest.approx((1 + 0) / 2)
+    assert s["recall@3"] == pytest.approx((1 + 0.5) / 2)
+    assert s["mrr"] == pytest.approx((1 + 1 / 3) / 2)
+    assert s["cases"] == 2
+
+
+def write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.fixture
+def corpora(tmp_path: Path) -> Path:
+    root = tmp_path / "corpora" / "shop-1.0"
+    write(root, "shop/__init__.py", "")
+    write(
+        root,
+        "shop/pricing.py",
+        "def apply_discount(total, count):\n    return total / count\n\n\n"
+        "def tax(amount):\n    return amount * 0.2\n",
+    )
+    write(
+        root,
+        "shop/api.py",
+        "from shop.pricing import apply_discount\n\n\n"
+        "def handle(cart):\n    return apply_discount(cart.total, cart.count)\n",
+    )
+    write(root, "shop/inventory.py", "def reserve(sku, stock):\n    return stock[sku] - 1\n")
+    write(root, "tests/test_pricing.py", "def test_discount():\n    assert apply_discount(1, 1)\n")
+    write(root, "docs/index.rst", "Shop\n====\n\nInventory and pricing.\n")
+    (root / "shop" / "blob.bin").write_bytes(b"\x00\x01")
+    return tmp_path / "corpora"
+
+
+TRACE = """Discount crashes on empty carts
+Traceback (most recent call last):
+  File "/srv/app/shop/api.py", line 5, in handle
+    return apply_discount(cart.total, cart.count)
+  File "/srv/app/shop/pricing.py", line 2, in apply_discount
+    return total / count
+ZeroDivisionError: division by zero
+"""
+
+
+def cases_file(tmp_path: Path) -> Path:
+    rows = [
+        {
+            "id": "t-1",
+            "pypi_name": "shop",
+            "pypi_version": "1.0",
+            "query": TRACE,
+            "gold_files": ["shop/pricing.py"],
+            "query_kind": "traceback",
+        },
+        {
+            "id": "t-2",
+            "pypi_name": "shop",
+            "pypi_version": "1.0",
+            "query": "Reserving stock fails\nKeyError: 'sku' in reserve stock",
+            "gold_files": ["shop/inventory.py"],
+            "query_kind": "error_message",
+        },
+        {
+            "id": "t-3",
+            "pypi_name": "gone",
+            "pypi_version": "9",
+            "query": "ValueError: x",
+            "gold_files": ["gone.py"],
+        },
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def test_eval_ranks_files_per_mode_and_skips_a_missing_corpus(
+    tmp_path: Path, corpora: Path
+) -> None:
+    cases = load_cases(cases_file(tmp_path))
+    cache = EmbeddingCache(tmp_path / "cache" / "vectors.sqlite")
+    report = run_eval(cases, corpora, embedder=SimulatorEmbedder(), cache=cache)
+    assert report.skipped == [{"id": "t-3", "reason": f"corpus missing: {corpora / 'gone-9'}"}]
+    assert set(report.summary) == set(BASE_MODES)
+    by_id = {row["id"]: row for row in report.cases}
+    traced = by_id["t-1"]
+    assert traced["frames"] == ["shop/pricing.py:2 apply_discount", "shop/api.py:5 handle"]
+    assert traced["modes"]["frames"]["files"] == ["shop/pricing.py", "shop/api.py"]
+    assert traced["modes"]["hybrid+frames"]["files"][0] == "shop/pricing.py"
+    # the second case has no frames: the frames mode finds nothing, BM25 finds the file
+    assert by_id["t-2"]["modes"]["frames"]["files"] == []
+    assert by_id["t-2"]["modes"]["bm25"]["files"][0] == "shop/inventory.py"
+    # summary is the mean over the two cases that ran
+    for mode in BASE_MODES:
+        rows = [by_id[i]["modes"][mode] for i in ("t-1", "t-2")]
+        assert report.summary[mode]["cases"] == 2
+        assert report.summary[mode]["recall@5"] == pytest.approx(
+            sum(r["recall@5"] for r in rows) / 2
+        )
+        assert report.summary[mode]["mrr"] == pytest.approx(sum(r["rr"] for r in rows) / 2)
+    assert report.summary["frames"]["mrr"] == pytest.approx(0.5)
+    assert report.summary["hybrid+frames"]["recall@1"] == 1.0
+    cache.close()
+
+
+def test_second_run_reuses_cached_chunk_vectors(tmp_path: Path, corpora: Path) -> None:
+    calls: list[int] = []
+
+    class Counting(SimulatorEmbedder):
+        def embed(self, texts):  # type: ignore[no-untyped-def]
+            calls.append(len(texts))
+            return super().embed(texts)
+
+    cases = [Case("t-1", "shop-1.0", TRACE, ("shop/pricing.py",))]
+    for _ in range(2):
+        cache = EmbeddingCache(tmp_path / "cache.sqlite")
+        run_eval(cases, corpora, embedder=Counting(), cache=cache, modes=["vector"])
+        cache.close()
+    # first run: the corpus' chunks, then the query; second run: the query only
+    assert calls[0] > 1 and calls[1:] == [1, 1]
+
+
+def test_cli_eval_writes_a_table_and_json(tmp_path: Path, corpora: Path) -> None:
+    from typer.testing import CliRunner
+
+    from shared.cli import cli
+
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "eval",
+            "--cases",
+            str(cases_file(tmp_path)),
+            "--corpora",
+            str(corpora),
+            "--json",
+            str(out),
+            "--cache-dir",
+            str(tmp_path / "c"),
+            "--modes",
+            "bm25,hybrid+frames",
+        ],
+        env={"TRACEHOUND_RERANK_BACKEND": "none"},
+    )
+    assert result.exit_code == 0, result.output
+    assert "hybrid+frames" in result.output and "R@5" in result.output
+    data = json.loads(out.read_text())
+    assert data["modes"] == ["bm25", "hybrid+frames"]
+    assert [c["id"] for c in data["cases"]] == ["t-1", "t-2"]
+    assert data["skipped"][0]["id"] == "t-3"

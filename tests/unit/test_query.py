@@ -1,0 +1,80 @@
+"""Unit tests of building the retrieval query from an error's parts."""
+
+from __future__ import annotations
+
+from shared.domain import ErrorEvent
+from shared.frames import parse_frames
+from shared.query import QUERY_MAX_CHARS, build_query, render_frames
+from shared.traces import event_from_text
+
+TRACE = """2024-05-01 12:00:01 ERROR request failed id=42
+Traceback (most recent call last):
+  File "/usr/lib/python3.11/threading.py", line 1045, in _bootstrap_inner
+    self.run()
+  File "/srv/app/shop/api.py", line 10, in handle
+    return checkout(cart)
+  File "/srv/app/shop/services/pricing.py", line 42, in apply_discount
+    return total / count
+ZeroDivisionError: division by zero
+"""
+
+
+def event(text: str) -> ErrorEvent:
+    return event_from_text(text, service="shop", repo="shop")
+
+
+def test_exception_line_leads_then_the_symbols_nearest_the_raise() -> None:
+    lines = build_query(event(TRACE)).splitlines()
+    assert lines[0] == "ZeroDivisionError: division by zero"
+    assert lines[1] == "in apply_discount (shop/services/pricing.py), handle (app/shop/api.py)"
+
+
+def test_query_keeps_the_frames_retrieval_parses_again_and_drops_stdlib_ones() -> None:
+    query = build_query(event(TRACE))
+    frames = parse_frames(query)
+    assert [(f.file, f.line, f.function) for f in frames] == [
+        ("/srv/app/shop/services/pricing.py", 42, "apply_discount"),
+        ("/srv/app/shop/api.py", 10, "handle"),
+    ]
+    assert "threading.py" not in query
+    assert "return total / count" in query
+
+
+def test_log_context_is_kept_without_banners() -> None:
+    text = (
+        "Unit equality comparison with None raises TypeError\n"
+        "============================= test session starts =====\n"
+        "platform linux -- Python 3.8.4, pytest-6.0.0rc1\n"
+        "TypeError: None is not a valid Unit\n"
+    )
+    query = build_query(event(text))
+    assert query.splitlines()[0] == "TypeError: None is not a valid Unit"
+    assert "Unit equality comparison with None raises TypeError" in query
+    assert "platform" not in query and "=====" not in query
+
+
+def test_free_text_without_an_exception_still_makes_a_query() -> None:
+    e = ErrorEvent(service="shop", repo="shop", message="checkout slow\nsee cart totals")
+    assert build_query(e).splitlines() == ["checkout slow", "see cart totals"]
+    assert build_query(ErrorEvent(service="shop", repo="shop")) == "shop"
+
+
+def test_a_long_trace_is_cut_from_the_outermost_frames() -> None:
+    frames = "".join(
+        f'  File "/srv/app/shop/mod{i}.py", line {i}, in fn{i}\n    call_{i}()\n'
+        for i in range(200)
+    )
+    query = build_query(event(f"Traceback (most recent call last):\n{frames}KeyError: 'sku'\n"))
+    assert len(query) <= QUERY_MAX_CHARS
+    kept = parse_frames(query)
+    assert kept[0].function == "fn199"  # nearest the raise survives
+    assert all(f.function != "fn0" for f in kept)
+
+
+def test_rendered_frames_of_any_language_parse_back_the_same() -> None:
+    java = "x\n\tat com.shop.Pricing.total(Pricing.java:40)\n\tat com.shop.Api.handle(Api.java:9)\n"
+    frames = parse_frames(java)
+    again = parse_frames("\n".join(render_frames(frames)))
+    assert [(f.module, f.function, f.file, f.line) for f in again] == [
+        (f.module, f.function, f.file, f.line) for f in frames
+    ]

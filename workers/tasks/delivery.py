@@ -1,0 +1,190 @@
+"""Delivery to Slack: the analysis message once per group and window, then its count updates.
+
+``notify`` [notify] is the chain's last stage. ``update_group`` [notify] runs at most once per
+group and interval (scheduled by shared/intake.py for repeats): it rewrites the message's
+occurrence count with chat.update and posts at most one thread reply per interval.
+Posting is paced per channel (~1 message/s); a 429 waits for Retry-After; a transient failure
+waits as long as it takes; a permanent refusal keeps the message in the notifications file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Any
+
+from shared import queues as q
+from shared.domain import Investigation, Notification
+from shared.errors import PermanentError, TransientError
+from shared.message import (
+    MessageOptions,
+    Occurrences,
+    build_message,
+    escape,
+    top_files,
+    trace_reply,
+    with_occurrences,
+)
+from shared.notifiers import Delivery
+from workers import context, metrics
+from workers.app import app, task_options
+from workers.retry import retry, visit
+
+log = logging.getLogger(__name__)
+
+NOTIFIED_TTL = 7 * 24 * 3600
+PENDING = "pending"
+PACE_MS = 1000  # Slack allows about one message per second per channel
+
+
+def _pace(task: Any, channel: str) -> None:
+    """Hold the channel's one-per-second slot, or come back in a second."""
+    ctx = context.clients()
+    key = f"th:slack:pace:{hashlib.sha1(channel.encode()).hexdigest()[:16]}"
+    if not ctx.redis.set(key, "1", nx=True, px=PACE_MS):
+        raise task.retry(countdown=1, max_retries=None)
+
+
+def _channel_key() -> str:
+    s = context.settings()
+    if s.slack_channel:
+        return s.slack_channel
+    if s.slack_webhook_url:
+        return s.slack_webhook_url.get_secret_value()
+    return "console"
+
+
+@app.task(**task_options(q.NOTIFY))
+def notify(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    """Post the message once per group and window (per event without a group)."""
+    inv = Investigation.model_validate(payload).visited(*visit(self))
+    ctx = context.clients()
+    s = ctx.settings
+    group = inv.group
+    guard = (
+        f"th:notified:{group.fingerprint}:{group.window_start}"
+        if group
+        else f"th:notified:{inv.event.id}"
+    )
+    # Claim before posting (SET NX): of two runs of this task (acks_late, a duplicate
+    # enqueue) only one posts; the other waits for the claim to resolve.
+    if not ctx.redis.set(guard, PENDING, nx=True, ex=q.TIME_LIMITS[q.NOTIFY] + 30):
+        sent = ctx.redis.get(guard)
+        if sent and sent != PENDING.encode():
+            return dict(json.loads(sent))
+        raise self.retry(countdown=5, max_retries=None)
+    state = ctx.groups.state(group.fingerprint) if group else None
+    occurrences = (
+        Occurrences(state.window_count, state.first_seen, state.last_seen) if state else None
+    )
+    in_thread_of = None
+    if (
+        group
+        and state
+        and s.slack_thread_only
+        and state.msg_ts
+        and state.msg_window != group.window_start
+    ):
+        in_thread_of = state.msg_ts  # a recurrence after its window: keep the channel quiet
+    threads = ctx.notifier.destination == "slack"
+    options = MessageOptions(
+        repo_url_template=s.repo_url_template,
+        min_relevance=s.min_relevance,
+        occurrences=occurrences,
+        trace_in_thread=threads and bool(inv.event.stacktrace.strip()),
+    )
+    text, blocks = build_message(inv, options)
+    try:
+        _pace(self, _channel_key())
+        delivery = ctx.notifier.send(text, blocks, thread_ts=in_thread_of)
+    except TransientError as exc:
+        ctx.redis.delete(guard)
+        raise retry(self, exc, forever=True) from exc  # nothing dropped: wait for Slack
+    except PermanentError as exc:
+        delivery = _fallback(inv, text, blocks, str(exc))
+    except BaseException:
+        ctx.redis.delete(guard)  # a pacing retry, or a crash: let the next run post
+        raise
+    if options.trace_in_thread and delivery.ts and delivery.destination == "slack":
+        _trace_in_thread(inv, delivery)
+    if group and delivery.ts and in_thread_of is None:
+        ctx.groups.set_message(
+            group.fingerprint, group.window_start, delivery.channel, delivery.ts, text, blocks
+        )
+    result = Notification(
+        event_id=inv.event.id,
+        destination=delivery.destination,
+        channel=delivery.channel,
+        ts=delivery.ts,
+        text=text,
+        blocks=blocks,
+        notes=inv.notes,
+        top_files=top_files(inv),
+        trail=inv.trail,
+        analysis=inv.analysis,
+    ).model_dump(mode="json")
+    ctx.redis.set(guard, json.dumps(result), ex=NOTIFIED_TTL)
+    return result
+
+
+def _trace_in_thread(inv: Investigation, delivery: Delivery) -> None:
+    """The trimmed trace as the first reply; best effort, the message itself is out."""
+    reply = trace_reply(inv)
+    block = {"type": "section", "text": {"type": "mrkdwn", "text": reply}}
+    try:
+        context.clients().notifier.send(reply, [block], thread_ts=delivery.ts)
+    except (TransientError, PermanentError) as exc:
+        log.warning(
+            "notify.trace_reply_failed", extra={"event_id": inv.event.id, "reason": str(exc)}
+        )
+
+
+def _fallback(inv: Investigation, text: str, blocks: list[dict[str, Any]], reason: str) -> Delivery:
+    """Never drop a finished analysis: keep it in the console notifier's file, loudly."""
+    log.error("notify.fallback", extra={"event_id": inv.event.id, "reason": reason})
+    metrics.fallback("notify")
+    delivery = context.clients().console.send(text, blocks)
+    return Delivery(f"console (slack failed: {reason})", channel=delivery.channel)
+
+
+@app.task(**task_options(q.UPDATE_GROUP))
+def update_group(self: Any, fingerprint: str) -> dict[str, Any]:
+    """Repeats of a group: rewrite the count on its message, one thread reply per interval."""
+    ctx = context.clients()
+    interval = ctx.settings.group_update_interval
+    state = ctx.groups.state(fingerprint)
+    message = ctx.groups.message(fingerprint)
+    if state is None:
+        return {"fingerprint": fingerprint, "updated": False}
+    if not state.msg_ts or state.msg_window != state.window_start or message is None:
+        # This window's message is not out yet (its analysis is still running): later.
+        if self.request.retries < 30:
+            raise self.retry(countdown=interval, max_retries=30)
+        return {"fingerprint": fingerprint, "updated": False}
+    occ = Occurrences(state.window_count, state.first_seen, state.last_seen)
+    blocks = with_occurrences(message["blocks"], occ)
+    channel = state.msg_channel or _channel_key()
+    try:
+        _pace(self, _channel_key())
+        ctx.notifier.update(channel, state.msg_ts, message["text"], blocks)
+        ctx.groups.set_message(
+            fingerprint, state.window_start, channel, state.msg_ts, message["text"], blocks
+        )
+        now = ctx.groups.now_ms()
+        if state.thread_reply_at is None or now - state.thread_reply_at >= interval * 1000:
+            reply = escape(
+                f"Still happening: {occ.count:,} occurrences in this window, the latest just now."
+            )
+            ctx.notifier.send(
+                reply,
+                [{"type": "section", "text": {"type": "mrkdwn", "text": reply}}],
+                thread_ts=state.msg_ts,
+            )
+            ctx.groups.mark_thread_reply(fingerprint, now)
+    except TransientError as exc:
+        raise retry(self, exc, forever=True) from exc
+    except PermanentError as exc:
+        log.warning("update_group.refused", extra={"fingerprint": fingerprint, "reason": str(exc)})
+        return {"fingerprint": fingerprint, "updated": False}
+    return {"fingerprint": fingerprint, "updated": True, "count": occ.count}
