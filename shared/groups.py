@@ -18,9 +18,10 @@ from typing import Any
 import redis
 
 IDLE_EXPIRY_S = 30 * 24 * 3600
+START_OVERDUE_MS = 30_000  # a window's chain not marked started by then is started again
 
 _RECORD = """
--- KEYS: group ; ARGV: window_ms, service, expiry_s
+-- KEYS: group ; ARGV: window_ms, service, expiry_s, event_id, stale_ms
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ws = tonumber(redis.call('HGET', KEYS[1], 'window_start'))
@@ -28,7 +29,14 @@ local new = 0
 if (not ws) or (now - ws >= tonumber(ARGV[1])) then
   ws = now
   new = 1
-  redis.call('HSET', KEYS[1], 'window_start', now, 'window_count', 0)
+  redis.call('HSET', KEYS[1], 'window_start', now, 'window_count', 0, 'pending', ARGV[4])
+elseif redis.call('HGET', KEYS[1], 'started') ~= tostring(ws) then
+  -- The window's first event never got its chain enqueued (the producer died in between):
+  -- its replay (same id), or any event once the start is overdue, starts it instead.
+  if redis.call('HGET', KEYS[1], 'pending') == ARGV[4] or now - ws > tonumber(ARGV[5]) then
+    new = 1
+    redis.call('HSET', KEYS[1], 'pending', ARGV[4])
+  end
 end
 redis.call('HSETNX', KEYS[1], 'first_seen', now)
 redis.call('HSETNX', KEYS[1], 'service', ARGV[2])
@@ -81,11 +89,16 @@ class GroupStore:
     def key(fp: str) -> str:
         return f"th:group:{fp}"
 
-    def record(self, fp: str, service: str) -> Occurrence:
+    def record(self, fp: str, service: str, event_id: str) -> Occurrence:
         new, ws, count, total, first, now = self._record(
-            keys=[self.key(fp)], args=[self.window_ms, service, IDLE_EXPIRY_S]
+            keys=[self.key(fp)],
+            args=[self.window_ms, service, IDLE_EXPIRY_S, event_id, START_OVERDUE_MS],
         )
         return Occurrence(fp, bool(new), int(ws), int(count), int(total), int(first), int(now))
+
+    def mark_started(self, fp: str, window_start: int) -> None:
+        """The window's analysis chain is enqueued: later events of the window only count."""
+        self.r.hset(self.key(fp), "started", window_start)
 
     def state(self, fp: str) -> GroupState | None:
         raw = {_s(k): _s(v) for k, v in self.r.hgetall(self.key(fp)).items()}

@@ -46,10 +46,12 @@ class Intake:
     def submit(self, event: ErrorEvent) -> Submitted:
         event = self.redactor.redact_event(event)
         fp = fingerprint(event, self._grouping(event.service))
-        occ = self.groups.record(fp.value, event.service)
+        occ = self.groups.record(fp.value, event.service, event.id)
         if occ.new:
             group = GroupRef(fingerprint=fp.value, window_start=occ.window_start)
             result = enqueue_error(self.app, event, group=group)
+            # Only now: a crash before this line lets the replayed event start the chain.
+            self.groups.mark_started(fp.value, occ.window_start)
             return Submitted(event.id, fp.value, True, occ.count, result)
         if self.groups.claim_update(fp.value, self.settings.group_update_interval):
             # One delayed update per interval carries every repeat in it to Slack.

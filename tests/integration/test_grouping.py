@@ -161,10 +161,29 @@ def test_group_counting_is_atomic_under_concurrency_and_windows_roll(
     store = GroupStore(redis_client, window_s=1.0)
     fp = f"v1:test-{uuid.uuid4().hex}"
     with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda _: store.record(fp, "svc"), range(800)))
+        results = list(pool.map(lambda i: store.record(fp, "svc", f"e{i}"), range(800)))
     assert sum(r.new for r in results) == 1
+    starter = next(i for i, r in enumerate(results) if r.new)
+    store.mark_started(fp, results[starter].window_start)
     assert sorted(r.count for r in results) == list(range(1, 801))
     time.sleep(1.1)
-    later = store.record(fp, "svc")
+    later = store.record(fp, "svc", "later")
     assert later.new and later.count == 1 and later.total == 801
     assert later.first_seen == results[0].first_seen < later.window_start
+
+
+def test_a_producer_dying_between_counting_and_enqueueing_loses_nothing(
+    redis_client: Any,
+) -> None:
+    from shared.groups import GroupStore
+
+    store = GroupStore(redis_client, window_s=60.0)
+    fp = f"v1:test-{uuid.uuid4().hex}"
+    first = store.record(fp, "svc", "event-a")
+    assert first.new  # ... and the producer is killed before it enqueues the chain
+    assert not store.record(fp, "svc", "event-b").new  # a different event only counts
+    replay = store.record(fp, "svc", "event-a")  # the restarted tailer re-reads event-a
+    assert replay.new  # so it starts the chain after all
+    store.mark_started(fp, replay.window_start)
+    assert not store.record(fp, "svc", "event-a").new  # once started, repeats only count
+
