@@ -93,7 +93,10 @@ def run_demo(
         err.print(
             f"indexed {report.files} files, {report.chunks} chunks ({report.embedded} "
             f"embedded); skipped {len(report.skipped)}: "
-            + ", ".join(f"{s.path} ({s.reason})" for s in report.skipped)
+            + ", ".join(
+                f"{s.path} ({s.reason})" for s in report.skipped if s.reason != "not a source file"
+            )
+            + f" and {report.skip_reasons()['not a source file']} files that are not source"
         )
         event = parse_error_input(
             error_file.read_text(errors="replace"),
