@@ -30,7 +30,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.localstack import free_port, spawn, start_redis, wait_until  # noqa: E402
+from shared.localstack import start_ingest, start_redis  # noqa: E402
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 TOKEN = "bench"
@@ -121,13 +121,9 @@ def main() -> int:
         app.close()
         tail_rows = [("read + group (no-op enqueue)", secs_parse, events_parse),
                      ("read + group + enqueue to Redis", secs_full, events_full)]
-        port = free_port()
-        ingest = spawn("ingest", [str(Path(sys.executable).parent / "tracehound"), "ingest",
-                                  "--port", str(port)], Path(tmp) / "logs",
-                       env={"TRACEHOUND_REDIS_URL": redis_url, "TRACEHOUND_INGEST_TOKEN": TOKEN})
-        url = f"http://127.0.0.1:{port}"
+        ingest, url = start_ingest(Path(tmp), {"TRACEHOUND_REDIS_URL": redis_url,
+                                               "TRACEHOUND_INGEST_TOKEN": TOKEN})
         try:
-            wait_until(lambda: httpx.get(f"{url}/healthz", timeout=1).is_success, 30, "ingest")
             single = [record(i) for i in range(args.events // 5)]
             rows.append(("1 event / request", len(single), run(url, single, args.clients)))
             batched = ["\n".join(record(i) for i in range(j, j + 100))

@@ -25,7 +25,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.localstack import free_port, spawn, start_redis, wait_until  # noqa: E402
+from shared.localstack import start_ingest, start_redis  # noqa: E402
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 TOKEN = "storm"
@@ -45,13 +45,9 @@ def main() -> int:
     ]
     with tempfile.TemporaryDirectory(prefix="th-storm-") as tmp:
         redis_proc, redis_url = start_redis(Path(tmp))
-        port = free_port()
-        ingest = spawn("ingest", [str(Path(sys.executable).parent / "tracehound"), "ingest",
-                                  "--port", str(port)], Path(tmp) / "logs",
-                       env={"TRACEHOUND_REDIS_URL": redis_url, "TRACEHOUND_INGEST_TOKEN": TOKEN})
-        url = f"http://127.0.0.1:{port}"
+        ingest, url = start_ingest(Path(tmp), {"TRACEHOUND_REDIS_URL": redis_url,
+                                               "TRACEHOUND_INGEST_TOKEN": TOKEN})
         try:
-            wait_until(lambda: httpx.get(f"{url}/healthz", timeout=1).is_success, 30, "ingest")
 
             def send(chunk: list[str]) -> None:
                 with httpx.Client(headers={"Authorization": f"Bearer {TOKEN}"},

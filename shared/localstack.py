@@ -196,6 +196,24 @@ def start_worker(
     return spawn(f"worker-{name}", argv, workdir / "logs", env=env)
 
 
+def tracehound_executable() -> str:
+    return str(Path(sys.executable).parent / "tracehound")
+
+
+def start_ingest(workdir: Path, env: Mapping[str, str], *args: str) -> tuple[Proc, str]:
+    """``tracehound ingest`` on a free port (extra CLI ``args``), ready; (process, URL)."""
+    port = free_port()
+    proc = spawn(f"ingest-{port}", [tracehound_executable(), "ingest", "--port", str(port),
+                                    *args], workdir / "logs", env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: httpx.get(f"{url}/healthz", timeout=1).is_success, 30, "ingest")
+    except TimeoutError as exc:
+        proc.stop()
+        raise TimeoutError(f"{exc}\n{proc.log_tail(15)}") from exc
+    return proc, url
+
+
 def wait_for_consumers(redis_url: str, queues: Sequence[str], timeout: float = 90.0) -> None:
     """Until every queue has a worker consuming it (asked through Celery's control API)."""
     from shared.pipeline import sender_app

@@ -25,15 +25,20 @@ def _configure(sender: Celery, **_: Any) -> None:
     )
 
 
-def task_options(name: str) -> dict[str, Any]:
-    """Name and time limits of a task; its queue comes from task_routes (the routing table).
+def task_options(name: str, *, retry_forever: bool = False) -> dict[str, Any]:
+    """Name, time limits and retry limit of a task; its queue comes from task_routes.
 
     A ``queue=`` on the decorator is deprecated in Celery 5.x and ignored from 6.0.
+    ``retry_forever``: the task's own ``max_retries`` is None (Celery's ``retry(max_retries=
+    None)`` means "the task's default", not "no limit").
     """
     hard = queues.TIME_LIMITS[name]
-    return {
+    options: dict[str, Any] = {
         "name": name,
         "bind": True,
         "time_limit": hard,
         "soft_time_limit": hard - 10,
     }
+    if retry_forever:
+        options["max_retries"] = None
+    return options

@@ -18,15 +18,18 @@ def retry(
 ) -> Exception:
     """The exception that reschedules ``task``; raise it (``raise retry(self, exc)``).
 
-    ``forever``: no limit (Slack delivery waits as long as Slack needs).
+    ``forever``: no limit (Slack delivery waits as long as Slack needs); the task must be
+    declared with ``task_options(..., retry_forever=True)``.
     """
     s = context.settings()
-    limit = None if forever else s.stage_max_retries if max_retries is None else max_retries
+    limit = s.stage_max_retries if max_retries is None else max_retries
     countdown = (
         exc.retry_after
         if exc.retry_after is not None
         else min(2**task.request.retries, s.retry_backoff_max)
     )
+    if forever:
+        return task.retry(exc=exc, countdown=countdown)  # type: ignore[no-any-return]
     return task.retry(exc=exc, countdown=countdown, max_retries=limit)  # type: ignore[no-any-return]
 
 

@@ -8,18 +8,17 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
-from shared.localstack import LocalStack, spawn
+from shared.localstack import LocalStack, spawn, tracehound_executable
 from shared.pipeline import sender_app
 from shared.settings import Settings
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration
 
-TRACEHOUND = str(Path(sys.executable).parent / "tracehound")
+TRACEHOUND = tracehound_executable()
 
 
 def run_cli(args: list[str], env: dict[str, str], stdin: str | None = None,

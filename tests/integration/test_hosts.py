@@ -25,7 +25,7 @@ from shared.hosts import (
     LeaseLost,
     host_status,
 )
-from shared.localstack import LocalStack, wait_until
+from shared.localstack import LocalStack, tracehound_executable, wait_until
 from shared.pipeline import enqueue_error, enqueue_file
 from shared.reindex import index_repository
 from shared.settings import Settings
@@ -224,7 +224,7 @@ def test_status_shows_queues_consumers_and_the_host(
     stack: LocalStack, sample_repo: str, sender: Any
 ) -> None:
     errors(sender, 1)[0].get(timeout=60)
-    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "tracehound"),
+    done = subprocess.run([tracehound_executable(),
                            "status"], env={**os.environ, **stack.env}, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr

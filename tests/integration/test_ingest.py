@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import gzip
 import json
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from shared.localstack import LocalStack, free_port, spawn, wait_until
+from shared.localstack import LocalStack, start_ingest
 from shared.simulators.slack import SlackSimulator
 from tests.conftest import DATA
 
@@ -27,15 +25,10 @@ TRACE = (DATA / "sample-error.txt").read_text()
 
 @pytest.fixture(scope="module")
 def ingest_url(stack: LocalStack) -> Iterator[str]:
-    port = free_port()
     env = {**stack.env, "TRACEHOUND_INGEST_TOKEN": TOKEN,
            "TRACEHOUND_INGEST_MAX_BODY_BYTES": "200000"}
-    proc = spawn("ingest", [str(Path(sys.executable).parent / "tracehound"), "ingest",
-                            "--port", str(port), "--service", "shop-api"],
-                 stack.workdir / "logs", env=env)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_ingest(stack.workdir, env, "--service", "shop-api")
     try:
-        wait_until(lambda: httpx.get(f"{url}/healthz", timeout=1).is_success, 30, "ingest")
         yield url
     finally:
         proc.stop()

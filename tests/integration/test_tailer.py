@@ -6,7 +6,6 @@ import base64
 import json
 import os
 import signal
-import sys
 import threading
 import time
 import tracemalloc
@@ -18,7 +17,7 @@ import redis
 
 from producers.tailer import Tailer
 from shared.domain import ErrorEvent
-from shared.localstack import Proc, spawn, start_redis, wait_until
+from shared.localstack import Proc, spawn, start_redis, tracehound_executable, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -212,7 +211,7 @@ def queued_events(client: redis.Redis) -> list[dict]:
 
 
 def start_tail(log_glob: str, env: dict[str, str], state: Path, logs: Path) -> Proc:
-    return spawn("tail", [str(Path(sys.executable).parent / "tracehound"), "tail", log_glob,
+    return spawn("tail", [tracehound_executable(), "tail", log_glob,
                           "--service", "shop-api", "--from-start", "--state-dir", str(state)],
                  logs, env=env)
 

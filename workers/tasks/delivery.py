@@ -43,7 +43,7 @@ def _pace(task: Any, channel: str) -> None:
     ctx = context.clients()
     key = f"th:slack:pace:{hashlib.sha1(channel.encode()).hexdigest()[:16]}"
     if not ctx.redis.set(key, "1", nx=True, px=PACE_MS):
-        raise task.retry(countdown=1, max_retries=None)
+        raise task.retry(countdown=1)  # the task retries without limit
 
 
 def _channel_key() -> str:
@@ -55,7 +55,7 @@ def _channel_key() -> str:
     return "console"
 
 
-@app.task(**task_options(q.NOTIFY))
+@app.task(**task_options(q.NOTIFY, retry_forever=True))
 def notify(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     """Post the message once per group and window (per event without a group)."""
     inv = Investigation.model_validate(payload).visited(*visit(self))
@@ -73,7 +73,7 @@ def notify(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         sent = ctx.redis.get(guard)
         if sent and sent != PENDING.encode():
             return dict(json.loads(sent))
-        raise self.retry(countdown=5, max_retries=None)
+        raise self.retry(countdown=5)
     state = ctx.groups.state(group.fingerprint) if group else None
     occurrences = (
         Occurrences(state.window_count, state.first_seen, state.last_seen) if state else None
@@ -148,7 +148,7 @@ def _fallback(inv: Investigation, text: str, blocks: list[dict[str, Any]], reaso
     return Delivery(f"console (slack failed: {reason})", channel=delivery.channel)
 
 
-@app.task(**task_options(q.UPDATE_GROUP))
+@app.task(**task_options(q.UPDATE_GROUP, retry_forever=True))
 def update_group(self: Any, fingerprint: str) -> dict[str, Any]:
     """Repeats of a group: rewrite the count on its message, one thread reply per interval."""
     ctx = context.clients()
