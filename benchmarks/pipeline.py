@@ -50,6 +50,8 @@ def main() -> int:
             "TRACEHOUND_RERANK_BACKEND": "llamacpp", "TRACEHOUND_RERANK_URL": ollama.url,
             "TRACEHOUND_SLACK_BOT_TOKEN": "xoxb-bench", "TRACEHOUND_SLACK_CHANNEL": "C0BENCH",
             "TRACEHOUND_SLACK_BASE_URL": slack.url + "/api/",
+            # Slack's ~1 message/s per channel would cap this at 1/s; measure tracehound.
+            "TRACEHOUND_SLACK_PACE": "0",
         }
         stack = LocalStack(Path(tmp), env)
         try:

@@ -106,6 +106,9 @@ class Settings(BaseSettings):
     slack_channel: str | None = None
     slack_webhook_url: SecretStr | None = None
     slack_base_url: str = "https://slack.com/api/"
+    slack_pace: float = Field(
+        1.0, ge=0, description="Seconds between messages to one channel (Slack allows ~1/s)."
+    )
     slack_thread_only: bool = Field(
         False, description="A recurrence after the window replies in the first message's thread."
     )

@@ -35,14 +35,16 @@ log = logging.getLogger(__name__)
 
 NOTIFIED_TTL = 7 * 24 * 3600
 PENDING = "pending"
-PACE_MS = 1000  # Slack allows about one message per second per channel
 
 
 def _pace(task: Any, channel: str) -> None:
     """Hold the channel's one-per-second slot, or come back in a second."""
     ctx = context.clients()
+    pace_ms = int(ctx.settings.slack_pace * 1000)
+    if pace_ms <= 0:
+        return
     key = f"th:slack:pace:{hashlib.sha1(channel.encode()).hexdigest()[:16]}"
-    if not ctx.redis.set(key, "1", nx=True, px=PACE_MS):
+    if not ctx.redis.set(key, "1", nx=True, px=pace_ms):
         raise task.retry(countdown=1)  # the task retries without limit
 
 
