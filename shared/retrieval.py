@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from shared.domain import Candidate, ChunkHit
 from shared.errors import TracehoundError, TransientError
@@ -14,6 +14,7 @@ from shared.fusion import group_by_file, reciprocal_rank_fusion
 from shared.keywords import KeywordIndex
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SIGNALS = frozenset({"vector", "bm25", "frames"})
 # A frame names the failing code outright: its chunk outweighs either retriever's first place,
@@ -95,42 +96,44 @@ def hybrid_retrieve(
     rankings: list[list[ChunkHit]] = []
     weights: list[float] = []
     notes: list[str] = []
+
+    def run(signal: str, failed: str, fn: Callable[[], T]) -> T | None:
+        """One retriever; a failure it cannot wait out is noted and the others go on."""
+        try:
+            return fn()
+        except TracehoundError as exc:
+            if isinstance(exc, TransientError) and not degrade:
+                raise
+            log.warning(f"retrieve.{signal}_failed", extra={"repo": repo, "reason": str(exc)})
+            notes.append(f"retrieval: {failed} ({exc})")
+            return None
+
     if "frames" in signals:
         if locator is None and isinstance(keywords, ChunkLocator):
             locator = keywords
         if locator is not None:
-            try:
-                own, vendored = frame_ranking(
-                    repo, parse_frames(text) if frames is None else frames, locator
-                )
-            except TracehoundError as exc:
-                if isinstance(exc, TransientError) and not degrade:
-                    raise
-                log.warning("retrieve.frames_failed", extra={"repo": repo, "reason": str(exc)})
-                notes.append(f"retrieval: stack frames not used ({exc})")
-            else:
+            found_frames = parse_frames(text) if frames is None else frames
+            ranked = run(
+                "frames",
+                "stack frames not used",
+                lambda: frame_ranking(repo, found_frames, locator),
+            )
+            if ranked is not None:
+                own, vendored = ranked
                 for ranking, w in ((own, frame_weight), (vendored, frame_weight * VENDORED_WEIGHT)):
                     if ranking:
                         rankings.append(ranking)
                         weights.append(w)
     if vector is not None and "vector" in signals:
-        try:
-            rankings.append(vectors.query(repo, vector, depth))
+        hits = run("vector", "vector search failed", lambda: vectors.query(repo, vector, depth))
+        if hits is not None:
+            rankings.append(hits)
             weights.append(1.0)
-        except TracehoundError as exc:
-            if isinstance(exc, TransientError) and not degrade:
-                raise
-            log.warning("retrieve.vector_failed", extra={"repo": repo, "reason": str(exc)})
-            notes.append(f"retrieval: vector search failed ({exc})")
     if "bm25" in signals:
-        try:
-            rankings.append(keywords.search(repo, text, depth))
+        hits = run("keyword", "keyword search failed", lambda: keywords.search(repo, text, depth))
+        if hits is not None:
+            rankings.append(hits)
             weights.append(1.0)
-        except TracehoundError as exc:
-            if isinstance(exc, TransientError) and not degrade:
-                raise
-            log.warning("retrieve.keyword_failed", extra={"repo": repo, "reason": str(exc)})
-            notes.append(f"retrieval: keyword search failed ({exc})")
     if not rankings:
         notes.append("retrieval: failed, no code context was found")
         return Retrieved([], notes)
