@@ -23,6 +23,7 @@ REMOVE_FILE = "tracehound.remove_file"
 PRUNE_REPO = "tracehound.prune_repo"
 EMBED_CHUNKS = "tracehound.embed_chunks"
 UPDATE_GROUP = "tracehound.update_group"
+THREAD_REPLY = "tracehound.thread_reply"
 
 ROUTES: dict[str, str] = {
     EMBED_QUERY: "embed",
@@ -36,6 +37,7 @@ ROUTES: dict[str, str] = {
     PRUNE_REPO: "index",
     EMBED_CHUNKS: "embed",
     UPDATE_GROUP: "notify",
+    THREAD_REPLY: "notify",
 }
 
 # Redis priority of bulk index embedding on the shared embed queue: kombu serves priority 0
@@ -56,6 +58,7 @@ TIME_LIMITS: dict[str, int] = {
     PRUNE_REPO: 600,
     EMBED_CHUNKS: 600,
     UPDATE_GROUP: 60,
+    THREAD_REPLY: 60,
 }
 
 

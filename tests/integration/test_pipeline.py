@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shared.localstack import LocalStack
+from shared.localstack import LocalStack, wait_until
 from shared.pipeline import enqueue_error
 from shared.reindex import index_repository
 from shared.settings import Settings
@@ -31,9 +32,20 @@ def indexed(stack: LocalStack, sender: Any, settings: Settings) -> None:
     assert report.files > 10 and not report.failed
 
 
-def run(sender: Any, text: str = TRACE, *, repo: str = REPO, timeout: float = 90) -> dict:
-    event = parse_error_input(text, service="shop-api", repo=repo)
-    return enqueue_error(sender, event).get(timeout=timeout)
+@pytest.fixture
+def run(sender: Any, slack_sim: SlackSimulator) -> Callable[..., dict]:
+    """One analysis, returned once its Slack message and the trace's thread reply are out,
+    so that no post of this test lands in the next one's fault injection."""
+
+    def go(text: str = TRACE, *, repo: str = REPO, timeout: float = 90) -> dict:
+        event = parse_error_input(text, service="shop-api", repo=repo)
+        result = enqueue_error(sender, event).get(timeout=timeout)
+        if result["destination"] == "slack" and event.stacktrace.strip():
+            wait_until(lambda: any(m.get("thread_ts") == result["ts"]
+                                   for m in slack_sim.messages), 30, "the trace's reply")
+        return dict(result)
+
+    return go
 
 
 def posted_for(slack_sim: SlackSimulator, event_id: str) -> list[dict[str, Any]]:
@@ -42,9 +54,9 @@ def posted_for(slack_sim: SlackSimulator, event_id: str) -> list[dict[str, Any]]
 
 
 def test_sample_error_names_the_buggy_file_and_crosses_every_queue(
-    indexed: None, sender: Any, slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
+    indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
 ) -> None:
-    result = run(sender)
+    result = run()
 
     assert BUGGY in [f.split(":")[0] for f in result["top_files"][:3]]
     analysis = result["analysis"]
@@ -64,11 +76,11 @@ def test_sample_error_names_the_buggy_file_and_crosses_every_queue(
 
 
 def test_chat_failing_with_500_still_delivers_a_degraded_message(
-    indexed: None, sender: Any, slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
+    indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
 ) -> None:
     ollama_sim.fail("/api/chat", 500, times=-1)
 
-    result = run(sender)
+    result = run()
 
     assert result["analysis"]["degraded"]
     assert "500" in result["analysis"]["degraded_reason"]
@@ -79,11 +91,11 @@ def test_chat_failing_with_500_still_delivers_a_degraded_message(
 
 
 def test_rerank_server_down_is_said_in_the_message(
-    indexed: None, sender: Any, slack_sim: SlackSimulator, rerank_sim: OllamaSimulator,
+    indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator, rerank_sim: OllamaSimulator,
 ) -> None:
     rerank_sim.stop()
     try:
-        result = run(sender)
+        result = run()
     finally:
         rerank_sim.start()
 
@@ -94,22 +106,22 @@ def test_rerank_server_down_is_said_in_the_message(
 
 
 def test_reranker_reorders_candidates_when_it_works(
-    indexed: None, sender: Any, rerank_sim: OllamaSimulator,
+    indexed: None, run: Callable[..., dict], rerank_sim: OllamaSimulator,
 ) -> None:
     rerank_sim.clear_log()
-    result = run(sender)
+    result = run()
     assert not any(n.startswith("rerank") for n in result["notes"])
     [call] = rerank_sim.requests_to("/v1/rerank")
     assert len(call["body"]["documents"]) > 5  # all fused candidates, top-k kept after
 
 
 def test_slack_429_then_200_posts_exactly_one_message(
-    indexed: None, sender: Any, slack_sim: SlackSimulator,
+    indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator,
 ) -> None:
     slack_sim.clear_log()
     slack_sim.rate_limit(1, retry_after=1)
 
-    result = run(sender)
+    result = run()
 
     statuses = [r["status"] for r in slack_sim.requests_to("/api/chat.postMessage")
                 if not r["body"].get("thread_ts")]  # the trace follows as a thread reply
@@ -119,12 +131,12 @@ def test_slack_429_then_200_posts_exactly_one_message(
 
 
 def test_unknown_channel_is_a_clear_permanent_error_kept_in_the_file(
-    indexed: None, sender: Any, slack_sim: SlackSimulator, settings: Settings,
+    indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator, settings: Settings,
 ) -> None:
     slack_sim.fail("chat.postMessage", "channel_not_found", times=1)
     slack_sim.clear_log()
 
-    result = run(sender)
+    result = run()
 
     assert "channel_not_found" in result["destination"]
     assert len(slack_sim.requests_to("/api/chat.postMessage")) == 1  # no endless retry
@@ -132,41 +144,43 @@ def test_unknown_channel_is_a_clear_permanent_error_kept_in_the_file(
     assert any(result["event_id"][:12] in line for line in kept)
 
 
-def test_non_trace_text_is_analyzed_as_a_message(indexed: None, sender: Any) -> None:
-    result = run(sender, "payment gateway returned an unexpected status for order checkout")
+def test_non_trace_text_is_analyzed_as_a_message(indexed: None, run: Callable[..., dict]) -> None:
+    result = run("payment gateway returned an unexpected status for order checkout")
     assert result["analysis"] and result["text"]
     assert "payment gateway" in result["text"]
 
 
-def test_empty_error_text_still_produces_a_message(indexed: None, sender: Any) -> None:
-    result = run(sender, "")
+def test_empty_error_text_still_produces_a_message(indexed: None, run: Callable[..., dict]) -> None:
+    result = run("")
     assert result["destination"] == "slack"
 
 
 def test_missing_llm_model_degrades_with_ollama_pull_hint(
-    indexed: None, sender: Any, ollama_sim: OllamaSimulator, settings: Settings,
+    indexed: None, run: Callable[..., dict], ollama_sim: OllamaSimulator, settings: Settings,
 ) -> None:
     with model_not_pulled(ollama_sim, settings.llm_model):
-        result = run(sender)
+        result = run()
     assert result["analysis"]["degraded"]
     assert f"ollama pull {settings.llm_model}" in result["analysis"]["degraded_reason"]
 
 
-def test_huge_trace_is_trimmed_with_a_marker_and_analyzed(indexed: None, sender: Any) -> None:
+def test_huge_trace_is_trimmed_with_a_marker_and_analyzed(
+    indexed: None, run: Callable[..., dict]
+) -> None:
     frames = '  File "/srv/app/shopapp/services/pricing.py", line 91, in _allocate_discount\n'
     huge = "Traceback (most recent call last):\n" + frames * 70_000 + TRACE
     assert len(huge) > 5_000_000
-    result = run(sender, huge)
+    result = run(huge)
     assert BUGGY in [f.split(":")[0] for f in result["top_files"][:3]]
 
 
 def test_chroma_down_retries_then_says_vector_search_failed(
-    indexed: None, sender: Any, stack: LocalStack,
+    indexed: None, run: Callable[..., dict], stack: LocalStack,
 ) -> None:
     chroma = next(p for p in stack.procs if p.name == "chroma")
     chroma.stop()
     try:
-        result = run(sender, timeout=120)
+        result = run(timeout=120)
     finally:
         restarted = stack_restart_chroma(stack)
     assert any("vector search failed" in n for n in result["notes"])

@@ -22,6 +22,7 @@ TASK_NAMES = [
     queues.PRUNE_REPO,
     queues.EMBED_CHUNKS,
     queues.UPDATE_GROUP,
+    queues.THREAD_REPLY,
 ]
 
 

@@ -131,15 +131,35 @@ def notify(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _trace_in_thread(inv: Investigation, delivery: Delivery) -> None:
-    """The trimmed trace as the first reply; best effort, the message itself is out."""
-    reply = trace_reply(inv)
-    block = {"type": "section", "text": {"type": "mrkdwn", "text": reply}}
+    """The trimmed trace as a thread reply, posted (and paced) by its own task."""
+    assert delivery.ts is not None
+    _reply_later(delivery.ts, trace_reply(inv), key=f"{delivery.ts}:trace")
+
+
+def _reply_later(thread_ts: str, text: str, *, key: str) -> None:
+    app.signature(
+        q.THREAD_REPLY, args=(thread_ts, text, key), queue=q.ROUTES[q.THREAD_REPLY]
+    ).apply_async()
+
+
+@app.task(**task_options(q.THREAD_REPLY, retry_forever=True))
+def thread_reply(self: Any, thread_ts: str, text: str, key: str) -> dict[str, Any]:
+    """One reply in a message's thread, paced like every post; posted once per ``key``."""
+    ctx = context.clients()
+    guard = f"th:replied:{hashlib.sha1(key.encode()).hexdigest()}"
+    if ctx.redis.exists(guard):
+        return {"thread_ts": thread_ts, "posted": False}
+    block = {"type": "section", "text": {"type": "mrkdwn", "text": text}}
     try:
-        context.clients().notifier.send(reply, [block], thread_ts=delivery.ts)
-    except (TransientError, PermanentError) as exc:
-        log.warning(
-            "notify.trace_reply_failed", extra={"event_id": inv.event.id, "reason": str(exc)}
-        )
+        _pace(self, _channel_key())
+        ctx.notifier.send(text, [block], thread_ts=thread_ts)
+    except TransientError as exc:
+        raise retry(self, exc, forever=True) from exc
+    except PermanentError as exc:  # the top-level message is out; a reply is not worth more
+        log.warning("thread_reply.refused", extra={"thread_ts": thread_ts, "reason": str(exc)})
+        return {"thread_ts": thread_ts, "posted": False}
+    ctx.redis.set(guard, "1", ex=NOTIFIED_TTL)
+    return {"thread_ts": thread_ts, "posted": True}
 
 
 def _fallback(inv: Investigation, text: str, blocks: list[dict[str, Any]], reason: str) -> Delivery:
@@ -178,11 +198,7 @@ def update_group(self: Any, fingerprint: str) -> dict[str, Any]:
             reply = escape(
                 f"Still happening: {occ.count:,} occurrences in this window, the latest just now."
             )
-            ctx.notifier.send(
-                reply,
-                [{"type": "section", "text": {"type": "mrkdwn", "text": reply}}],
-                thread_ts=state.msg_ts,
-            )
+            _reply_later(state.msg_ts, reply, key=f"{state.msg_ts}:{now}")
             ctx.groups.mark_thread_reply(fingerprint, now)
     except TransientError as exc:
         raise retry(self, exc, forever=True) from exc
