@@ -131,6 +131,3 @@ class RedisCorpus:
             )
             for (i, score), text in zip(ranked, texts, strict=True)
         ]
-
-    def drop(self, repo: str) -> None:
-        self.r.delete(*(self._key(repo, p) for p in ("docs", "text", "files", "version")))

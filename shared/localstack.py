@@ -70,12 +70,6 @@ class Proc:
                 os.killpg(self.popen.pid, signal.SIGKILL)
             self.popen.wait(5)
 
-    def kill(self) -> None:
-        """SIGKILL the whole process group: what a crash or the OOM killer does."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        self.popen.wait(5)
-
     def log_tail(self, n: int = 40) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
