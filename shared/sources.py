@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pathspec
 
+from shared.generated import generated_reason
+
 log = logging.getLogger(__name__)
 
 # Never worth indexing, whatever .gitignore says.
@@ -31,6 +33,9 @@ ALWAYS_SKIP_DIRS = frozenset(
         ".tracehound",
     }
 )
+# A directory holding this file is a Sphinx build's output (HTML, copied sources, pickles):
+# generated, like a Cython module's C, and often shipped in sdists beside the real docs.
+BUILD_OUTPUT_MARKERS = frozenset({".buildinfo"})
 SNIFF_BYTES = 8192
 
 
@@ -71,7 +76,10 @@ def read_source(root: Path, relpath: str, *, max_bytes: int) -> SourceFile | Ski
         return Skipped(relpath, f"unreadable ({exc.strerror or exc})")
     if looks_binary(raw[:SNIFF_BYTES]):
         return Skipped(relpath, "binary")
-    return SourceFile(relpath, decode(raw), hashlib.sha256(raw).hexdigest())
+    text = decode(raw)
+    if why := generated_reason(relpath, text):
+        return Skipped(relpath, why)
+    return SourceFile(relpath, text, hashlib.sha256(raw).hexdigest())
 
 
 def gitignore_spec(root: Path) -> pathspec.PathSpec:
@@ -100,12 +108,16 @@ def gitignore_spec(root: Path) -> pathspec.PathSpec:
 
 
 def walk(root: Path) -> Iterator[str]:
-    """Repo-relative paths of candidate files: .gitignore honoured, links not followed."""
+    """Repo-relative paths of candidate files: .gitignore honoured, links not followed, build
+    output directories left out."""
     root = root.resolve()
     spec = gitignore_spec(root)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        if BUILD_OUTPUT_MARKERS.intersection(filenames):
+            dirnames[:] = []
+            continue
         dirnames[:] = sorted(
             d
             for d in dirnames
