@@ -197,8 +197,12 @@ def tracehound_executable() -> str:
 def start_ingest(workdir: Path, env: Mapping[str, str], *args: str) -> tuple[Proc, str]:
     """``tracehound ingest`` on a free port (extra CLI ``args``), ready; (process, URL)."""
     port = free_port()
-    proc = spawn(f"ingest-{port}", [tracehound_executable(), "ingest", "--port", str(port),
-                                    *args], workdir / "logs", env=env)
+    proc = spawn(
+        f"ingest-{port}",
+        [tracehound_executable(), "ingest", "--port", str(port), *args],
+        workdir / "logs",
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: httpx.get(f"{url}/healthz", timeout=1).is_success, 30, "ingest")

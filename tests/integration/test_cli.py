@@ -21,10 +21,17 @@ pytestmark = pytest.mark.integration
 TRACEHOUND = tracehound_executable()
 
 
-def run_cli(args: list[str], env: dict[str, str], stdin: str | None = None,
-            timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([TRACEHOUND, *args], env={**os.environ, **env}, input=stdin,
-                          capture_output=True, text=True, timeout=timeout)
+def run_cli(
+    args: list[str], env: dict[str, str], stdin: str | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [TRACEHOUND, *args],
+        env={**os.environ, **env},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_index_then_analyze_with_wait_prints_the_message(stack: LocalStack) -> None:
@@ -32,8 +39,18 @@ def test_index_then_analyze_with_wait_prints_the_message(stack: LocalStack) -> N
     assert indexed.returncode == 0, indexed.stderr
     assert "indexed" in indexed.stdout and "cli-sample" in indexed.stdout
 
-    done = run_cli(["analyze", str(DATA / "sample-error.txt"), "--service", "shop-api",
-                    "--repo", "cli-sample", "--wait"], stack.env)
+    done = run_cli(
+        [
+            "analyze",
+            str(DATA / "sample-error.txt"),
+            "--service",
+            "shop-api",
+            "--repo",
+            "cli-sample",
+            "--wait",
+        ],
+        stack.env,
+    )
 
     assert done.returncode == 0, done.stderr
     assert "shop-api: ZeroDivisionError" in done.stdout
@@ -74,14 +91,35 @@ def test_config_prints_settings_with_secrets_masked(stack: LocalStack) -> None:
 
 
 def test_tracehound_worker_and_celery_worker_both_consume_a_queue(
-    stack: LocalStack, settings: Settings,
+    stack: LocalStack,
+    settings: Settings,
 ) -> None:
     workers = [
-        spawn("cli-worker", [TRACEHOUND, "worker", "--queues", "embed", "--name", "cli@%h"],
-              stack.workdir / "logs", env=stack.env),
-        spawn("celery-worker", [sys.executable, "-m", "celery", "-A", "workers", "worker",
-                                "-Q", "embed", "-c", "1", "-n", "plain@%h"],
-              stack.workdir / "logs", env=stack.env),
+        spawn(
+            "cli-worker",
+            [TRACEHOUND, "worker", "--queues", "embed", "--name", "cli@%h"],
+            stack.workdir / "logs",
+            env=stack.env,
+        ),
+        spawn(
+            "celery-worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "workers",
+                "worker",
+                "-Q",
+                "embed",
+                "-c",
+                "1",
+                "-n",
+                "plain@%h",
+            ],
+            stack.workdir / "logs",
+            env=stack.env,
+        ),
     ]
     app = sender_app(settings)
     try:
@@ -89,8 +127,9 @@ def test_tracehound_worker_and_celery_worker_both_consume_a_queue(
         names: set[str] = set()
         while time.monotonic() < deadline and not {"cli", "plain"} <= names:
             active = app.control.inspect(timeout=1).active_queues() or {}
-            names = {w.split("@")[0] for w, qs in active.items()
-                     if any(q["name"] == "embed" for q in qs)}
+            names = {
+                w.split("@")[0] for w, qs in active.items() if any(q["name"] == "embed" for q in qs)
+            }
         assert {"cli", "plain"} <= names, [w.log_tail() for w in workers]
     finally:
         for w in workers:

@@ -28,8 +28,9 @@ def ingest(stack: LocalStack) -> Iterator[Callable[..., str]]:
     procs: list[Proc] = []
 
     def start(**env: str) -> str:
-        proc, url = start_ingest(stack.workdir,
-                                 {**stack.env, "TRACEHOUND_INGEST_TOKEN": TOKEN, **env})
+        proc, url = start_ingest(
+            stack.workdir, {**stack.env, "TRACEHOUND_INGEST_TOKEN": TOKEN, **env}
+        )
         procs.append(proc)
         return url
 
@@ -40,15 +41,19 @@ def ingest(stack: LocalStack) -> Iterator[Callable[..., str]]:
 
 def post(url: str, records: list[dict[str, Any]]) -> dict[str, Any]:
     body = "\n".join(json.dumps(r) for r in records)
-    r = httpx.post(f"{url}/v1/events", content=body, timeout=120,
-                   headers={"Authorization": f"Bearer {TOKEN}"})
+    r = httpx.post(
+        f"{url}/v1/events", content=body, timeout=120, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
     assert r.status_code == 202, r.text
     return dict(r.json())
 
 
 def top_level(slack_sim: SlackSimulator, service: str) -> list[dict[str, Any]]:
-    return [m for m in slack_sim.messages
-            if not m.get("thread_ts") and service in json.dumps(m.get("blocks"))]
+    return [
+        m
+        for m in slack_sim.messages
+        if not m.get("thread_ts") and service in json.dumps(m.get("blocks"))
+    ]
 
 
 def replies(slack_sim: SlackSimulator, ts: str) -> list[dict[str, Any]]:
@@ -57,13 +62,19 @@ def replies(slack_sim: SlackSimulator, ts: str) -> list[dict[str, Any]]:
 
 def storm_event(service: str, i: int) -> dict[str, Any]:
     # Different request ids and timings in the message: the same error all the same.
-    return {"service": service, "repo": "sample", "level": "ERROR",
-            "message": f"ZeroDivisionError: division by zero (request {i}, took {i % 97} ms)",
-            "stack": TRACE}
+    return {
+        "service": service,
+        "repo": "sample",
+        "level": "ERROR",
+        "message": f"ZeroDivisionError: division by zero (request {i}, took {i % 97} ms)",
+        "stack": TRACE,
+    }
 
 
 def test_a_storm_of_10000_identical_events_is_one_analysis_and_one_message(
-    ingest: Callable[..., str], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
+    ingest: Callable[..., str],
+    slack_sim: SlackSimulator,
+    ollama_sim: OllamaSimulator,
 ) -> None:
     url = ingest()
     service = f"storm-{uuid.uuid4().hex[:6]}"
@@ -79,19 +90,23 @@ def test_a_storm_of_10000_identical_events_is_one_analysis_and_one_message(
         return len(msgs) == 1 and "*10,000* times" in json.dumps(msgs[0]["blocks"])
 
     wait_until(counted, 60, "the message's count reaching 10,000", interval=0.5)
-    chats = [r for r in ollama_sim.requests_to("/api/chat")
-             if service in json.dumps(r["body"])]
+    chats = [r for r in ollama_sim.requests_to("/api/chat") if service in json.dumps(r["body"])]
     assert len(chats) == 1
     [message] = top_level(slack_sim, service)
-    wait_until(lambda: any("Stack trace" in m["text"] for m in replies(slack_sim, message["ts"])),
-               30, "the trace in the thread")
+    wait_until(
+        lambda: any("Stack trace" in m["text"] for m in replies(slack_sim, message["ts"])),
+        30,
+        "the trace in the thread",
+    )
     thread = replies(slack_sim, message["ts"])
     # At most one "still happening" reply per interval (1 s in the tests), not one per event.
     assert len(thread) < 30
 
 
 def test_after_the_window_a_recurrence_replies_in_the_thread_reusing_the_analysis(
-    ingest: Callable[..., str], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
+    ingest: Callable[..., str],
+    slack_sim: SlackSimulator,
+    ollama_sim: OllamaSimulator,
 ) -> None:
     url = ingest(TRACEHOUND_GROUP_WINDOW="2")
     service = f"recur-{uuid.uuid4().hex[:6]}"
@@ -103,15 +118,20 @@ def test_after_the_window_a_recurrence_replies_in_the_thread_reusing_the_analysi
     assert post(url, [storm_event(service, 2)])["groups"][0]["new"]
 
     [first] = top_level(slack_sim, service)
-    wait_until(lambda: any("reused" in json.dumps(m["blocks"])
-                           for m in replies(slack_sim, first["ts"])), 60, "recurrence reply")
+    wait_until(
+        lambda: any("reused" in json.dumps(m["blocks"]) for m in replies(slack_sim, first["ts"])),
+        60,
+        "recurrence reply",
+    )
     chats = [r for r in ollama_sim.requests_to("/api/chat") if service in json.dumps(r["body"])]
     assert len(chats) == 1  # same group, model, prompt and code: the analysis was reused
     assert len(top_level(slack_sim, service)) == 1  # thread-only mode kept the channel quiet
 
 
 def test_a_planted_secret_never_reaches_the_models_or_slack(
-    ingest: Callable[..., str], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
+    ingest: Callable[..., str],
+    slack_sim: SlackSimulator,
+    ollama_sim: OllamaSimulator,
     rerank_sim: OllamaSimulator,
 ) -> None:
     url = ingest()
@@ -120,7 +140,7 @@ def test_a_planted_secret_never_reaches_the_models_or_slack(
     ollama_sim.clear_log()
     event = storm_event(service, 0) | {
         "message": "ConnectionError: postgres://app:hunter2hunter2@db:5432/shop refused "
-                   "for oncall@example.com <!channel> key=AKIAIOSFODNN7EXAMPLE",
+        "for oncall@example.com <!channel> key=AKIAIOSFODNN7EXAMPLE",
     }
     post(url, [event])
     wait_until(lambda: len(top_level(slack_sim, service)) == 1, 60, "the message")
@@ -135,7 +155,8 @@ def test_a_planted_secret_never_reaches_the_models_or_slack(
 
 
 def test_six_groups_at_once_are_paced_on_the_channel_and_none_is_dropped(
-    ingest: Callable[..., str], slack_sim: SlackSimulator,
+    ingest: Callable[..., str],
+    slack_sim: SlackSimulator,
 ) -> None:
     url = ingest()
     services = [f"pace-{i}-{uuid.uuid4().hex[:6]}" for i in range(6)]
@@ -145,8 +166,11 @@ def test_six_groups_at_once_are_paced_on_the_channel_and_none_is_dropped(
     assert len(times) == 6  # waiting for the channel's slot retried more than 3 times
     # Every post to the channel, the traces' thread replies included, keeps its distance.
     tops = {m["ts"] for s in services for m in top_level(slack_sim, s)}
-    wait_until(lambda: sum(m.get("thread_ts") in tops for m in slack_sim.messages) >= 6, 60,
-               "six trace replies")
+    wait_until(
+        lambda: sum(m.get("thread_ts") in tops for m in slack_sim.messages) >= 6,
+        60,
+        "six trace replies",
+    )
     all_posts = sorted(m["t"] for m in slack_sim.messages if m["t"] >= times[0])
     assert all(b - a >= 0.9 for a, b in zip(all_posts, all_posts[1:], strict=False))
 
@@ -186,4 +210,3 @@ def test_a_producer_dying_between_counting_and_enqueueing_loses_nothing(
     assert replay.new  # so it starts the chain after all
     store.mark_started(fp, replay.window_start)
     assert not store.record(fp, "svc", "event-a").new  # once started, repeats only count
-

@@ -69,17 +69,26 @@ def test_a_lease_whose_key_was_deleted_by_hand_is_fenced(redis_client: redis.Red
     assert b.token is not None and b.token > (a.token or 0)
 
 
-def test_a_lease_recovers_after_sigkill_of_its_holder(settings: Settings,
-                                                       redis_client: redis.Redis) -> None:
+def test_a_lease_recovers_after_sigkill_of_its_holder(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
     host = new_host()
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import time, redis
         from shared.hosts import HostSession
         r = redis.Redis.from_url({settings.redis_url!r})
         s = HostSession(r, {host!r}, ttl=1.0)
         s.call("m1", "http://x", "rerank", 0, lambda: print("holding", flush=True)
                or time.sleep(3600))
-    """)], stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
         os.kill(holder.pid, signal.SIGKILL)
@@ -108,7 +117,7 @@ def test_waiters_go_by_priority_and_a_dead_waiter_does_not_block(
         lease.release()
 
     # A waiter that died while queued: in the ranking but with no heartbeat.
-    redis_client.zadd(f"th:host:{host}:waiting", {"ghost": -10**12})
+    redis_client.zadd(f"th:host:{host}:waiting", {"ghost": -(10**12)})
     bulk = threading.Thread(target=wait_for, args=("bulk", PRIORITY_BULK))
     bulk.start()
     time.sleep(0.2)  # bulk waits first ...
@@ -138,14 +147,18 @@ def test_a_dead_host_is_not_held_while_waiting_to_retry(redis_client: redis.Redi
 
 
 def intervals(*sims: OllamaSimulator) -> list[tuple[float, float, str]]:
-    return sorted((r["t"], r["t_end"], r["model"]) for sim in sims for r in sim.requests
-                  if r.get("model") and r.get("t_end") and r["path"] != "/api/tags")
+    return sorted(
+        (r["t"], r["t_end"], r["model"])
+        for sim in sims
+        for r in sim.requests
+        if r.get("model") and r.get("t_end") and r["path"] != "/api/tags"
+    )
 
 
 def overlaps(spans: list[tuple[float, float, str]]) -> list[tuple[Any, Any]]:
     found = []
     for i, (s1, e1, m1) in enumerate(spans):
-        for s2, e2, m2 in spans[i + 1:]:
+        for s2, e2, m2 in spans[i + 1 :]:
             if s2 >= e1:
                 break
             if m1 != m2:
@@ -165,25 +178,37 @@ def slow_models(ollama_sim: OllamaSimulator, rerank_sim: OllamaSimulator) -> Ite
 
 
 def bulk_index(sender: Any, repo: str, n: int) -> list[Any]:
-    return [enqueue_file(sender, repo, f"pkg/mod_{i}.py",
-                         f"def handler_{i}(order):\n    return order.total / {i + 1}\n")
-            for i in range(n)]
+    return [
+        enqueue_file(
+            sender,
+            repo,
+            f"pkg/mod_{i}.py",
+            f"def handler_{i}(order):\n    return order.total / {i + 1}\n",
+        )
+        for i in range(n)
+    ]
 
 
 @pytest.fixture(scope="module")
 def sample_repo(stack: LocalStack, sender: Any, settings: Settings) -> str:
-    index_repository(sender, SAMPLE_SERVICE, "sample-hosts", max_bytes=settings.max_file_bytes,
-                     timeout=120)
+    index_repository(
+        sender, SAMPLE_SERVICE, "sample-hosts", max_bytes=settings.max_file_bytes, timeout=120
+    )
     return "sample-hosts"
 
 
 def errors(sender: Any, n: int, repo: str = "sample-hosts") -> list[Any]:
-    return [enqueue_error(sender, parse_error_input(TRACE, service="shop-api", repo=repo))
-            for _ in range(n)]
+    return [
+        enqueue_error(sender, parse_error_input(TRACE, service="shop-api", repo=repo))
+        for _ in range(n)
+    ]
 
 
 def test_no_two_models_ever_overlap_on_the_host(
-    sample_repo: str, sender: Any, slow_models: None, ollama_sim: OllamaSimulator,
+    sample_repo: str,
+    sender: Any,
+    slow_models: None,
+    ollama_sim: OllamaSimulator,
     rerank_sim: OllamaSimulator,
 ) -> None:
     index = bulk_index(sender, f"busy-{uuid.uuid4().hex[:6]}", 30)
@@ -199,7 +224,10 @@ def test_no_two_models_ever_overlap_on_the_host(
 
 
 def test_query_embedding_overtakes_a_queued_reindex_and_neither_starves(
-    sample_repo: str, sender: Any, slow_models: None, ollama_sim: OllamaSimulator,
+    sample_repo: str,
+    sender: Any,
+    slow_models: None,
+    ollama_sim: OllamaSimulator,
 ) -> None:
     index = bulk_index(sender, f"reindex-{uuid.uuid4().hex[:6]}", 60)
     wait_until(lambda: len(ollama_sim.requests_to("/api/embed")) >= 3, 30, "re-index running")
@@ -224,9 +252,13 @@ def test_status_shows_queues_consumers_and_the_host(
     stack: LocalStack, sample_repo: str, sender: Any
 ) -> None:
     errors(sender, 1)[0].get(timeout=60)
-    done = subprocess.run([tracehound_executable(),
-                           "status"], env={**os.environ, **stack.env}, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [tracehound_executable(), "status"],
+        env={**os.environ, **stack.env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     for queue in ("embed", "rerank", "llm", "retrieve", "index", "notify"):
         assert queue in done.stdout

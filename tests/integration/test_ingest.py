@@ -25,8 +25,11 @@ TRACE = (DATA / "sample-error.txt").read_text()
 
 @pytest.fixture(scope="module")
 def ingest_url(stack: LocalStack) -> Iterator[str]:
-    env = {**stack.env, "TRACEHOUND_INGEST_TOKEN": TOKEN,
-           "TRACEHOUND_INGEST_MAX_BODY_BYTES": "200000"}
+    env = {
+        **stack.env,
+        "TRACEHOUND_INGEST_TOKEN": TOKEN,
+        "TRACEHOUND_INGEST_MAX_BODY_BYTES": "200000",
+    }
     proc, url = start_ingest(stack.workdir, env, "--service", "shop-api")
     try:
         yield url
@@ -36,8 +39,9 @@ def ingest_url(stack: LocalStack) -> Iterator[str]:
 
 def post(url: str, body: bytes | str, headers: dict[str, str] | None = None) -> httpx.Response:
     data = body.encode() if isinstance(body, str) else body
-    return httpx.post(f"{url}/v1/events", content=data, headers={**AUTH, **(headers or {})},
-                      timeout=30)
+    return httpx.post(
+        f"{url}/v1/events", content=data, headers={**AUTH, **(headers or {})}, timeout=30
+    )
 
 
 def delivered(slack_sim: SlackSimulator, event_ids: list[str], timeout: float = 60) -> int:
@@ -59,25 +63,44 @@ def fresh_service() -> str:
     return f"svc-{uuid.uuid4().hex[:8]}"
 
 
-def test_single_event_is_accepted_and_analyzed(ingest_url: str,
-                                               slack_sim: SlackSimulator) -> None:
-    r = post(ingest_url, json.dumps({"message": "ZeroDivisionError: division by zero",
-                                     "stack": TRACE, "repo": "sample",
-                                     "service": fresh_service()}))
+def test_single_event_is_accepted_and_analyzed(ingest_url: str, slack_sim: SlackSimulator) -> None:
+    r = post(
+        ingest_url,
+        json.dumps(
+            {
+                "message": "ZeroDivisionError: division by zero",
+                "stack": TRACE,
+                "repo": "sample",
+                "service": fresh_service(),
+            }
+        ),
+    )
     assert r.status_code == 202, r.text
     [event_id] = r.json()["accepted"]
     assert r.json()["groups"][0]["new"] is True
     assert delivered(slack_sim, [event_id]) == 1
 
 
-def test_vector_json_array_and_fluent_bit_ndjson_shapes(ingest_url: str,
-                                                        slack_sim: SlackSimulator) -> None:
+def test_vector_json_array_and_fluent_bit_ndjson_shapes(
+    ingest_url: str, slack_sim: SlackSimulator
+) -> None:
     service = fresh_service()
-    vector = [event(stack_trace=TRACE, service=service),
-              event(error={"message": "x", "stack": TRACE}, service=service)]
-    fluent = "\n".join(json.dumps({"date": 1732950000.1, "log": "payment failed: card declined",
-                                   "level": "error", "repo": "sample", "service": service})
-                       for _ in range(2))
+    vector = [
+        event(stack_trace=TRACE, service=service),
+        event(error={"message": "x", "stack": TRACE}, service=service),
+    ]
+    fluent = "\n".join(
+        json.dumps(
+            {
+                "date": 1732950000.1,
+                "log": "payment failed: card declined",
+                "level": "error",
+                "repo": "sample",
+                "service": service,
+            }
+        )
+        for _ in range(2)
+    )
     r1 = post(ingest_url, json.dumps(vector), {"Content-Type": "application/json"})
     r2 = post(ingest_url, fluent, {"Content-Type": "application/x-ndjson"})
     assert r1.status_code == r2.status_code == 202
@@ -91,16 +114,22 @@ def test_vector_json_array_and_fluent_bit_ndjson_shapes(ingest_url: str,
 
 
 def test_gzip_body_is_accepted(ingest_url: str) -> None:
-    r = post(ingest_url, gzip.compress(json.dumps(event()).encode()),
-             {"Content-Encoding": "gzip"})
+    r = post(ingest_url, gzip.compress(json.dumps(event()).encode()), {"Content-Encoding": "gzip"})
     assert r.status_code == 202 and len(r.json()["accepted"]) == 1
 
 
 def test_batch_with_bad_events_accepts_the_good_ones_and_lists_the_rest(
     ingest_url: str,
 ) -> None:
-    body = "\n".join([json.dumps(event()), "{not json", json.dumps({"service": "x"}),
-                      json.dumps(event(level="info")), json.dumps([1])])
+    body = "\n".join(
+        [
+            json.dumps(event()),
+            "{not json",
+            json.dumps({"service": "x"}),
+            json.dumps(event(level="info")),
+            json.dumps([1]),
+        ]
+    )
     r = post(ingest_url, body)
     assert r.status_code == 202
     out = r.json()
@@ -123,8 +152,11 @@ def test_only_bad_events_is_a_400_naming_the_problem(ingest_url: str) -> None:
 def test_missing_or_wrong_token_is_401(ingest_url: str) -> None:
     r = httpx.post(f"{ingest_url}/v1/events", content=json.dumps(event()))
     assert r.status_code == 401
-    r = httpx.post(f"{ingest_url}/v1/events", content=json.dumps(event()),
-                   headers={"Authorization": "Bearer nope"})
+    r = httpx.post(
+        f"{ingest_url}/v1/events",
+        content=json.dumps(event()),
+        headers={"Authorization": "Bearer nope"},
+    )
     assert r.status_code == 401
 
 

@@ -31,15 +31,20 @@ def value(text: str, name: str, **labels: str) -> float:
 
 
 def test_stage_latency_queue_wait_and_rerank_fallbacks_are_exported(
-    stack: LocalStack, sender: Any, settings: Settings, rerank_sim: OllamaSimulator,
+    stack: LocalStack,
+    sender: Any,
+    settings: Settings,
+    rerank_sim: OllamaSimulator,
 ) -> None:
-    index_repository(sender, SAMPLE_SERVICE, "sample-metrics",
-                     max_bytes=settings.max_file_bytes, timeout=120)
+    index_repository(
+        sender, SAMPLE_SERVICE, "sample-metrics", max_bytes=settings.max_file_bytes, timeout=120
+    )
     before = value(scrape(stack, "rerank"), "tracehound_fallbacks_total", stage="rerank")
     rerank_sim.stop()
     try:
-        event = parse_error_input((DATA / "sample-error.txt").read_text(), service="shop-api",
-                                  repo="sample-metrics")
+        event = parse_error_input(
+            (DATA / "sample-error.txt").read_text(), service="shop-api", repo="sample-metrics"
+        )
         enqueue_error(sender, event).get(timeout=90)
     finally:
         rerank_sim.start()
@@ -49,5 +54,11 @@ def test_stage_latency_queue_wait_and_rerank_fallbacks_are_exported(
     assert value(llm, "tracehound_queue_wait_seconds_count", queue="llm") >= 1
     cpu = scrape(stack, "cpu")
     assert value(cpu, "tracehound_stage_seconds_count", stage="notify") >= 1
-    wait_until(lambda: value(scrape(stack, "rerank"), "tracehound_fallbacks_total",
-                             stage="rerank") == before + 1, 10, "rerank fallback counted")
+    wait_until(
+        lambda: (
+            value(scrape(stack, "rerank"), "tracehound_fallbacks_total", stage="rerank")
+            == before + 1
+        ),
+        10,
+        "rerank fallback counted",
+    )

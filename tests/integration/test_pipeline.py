@@ -27,8 +27,9 @@ TRACE = (DATA / "sample-error.txt").read_text()
 
 @pytest.fixture(scope="module")
 def indexed(stack: LocalStack, sender: Any, settings: Settings) -> None:
-    report = index_repository(sender, SAMPLE_SERVICE, REPO, max_bytes=settings.max_file_bytes,
-                              timeout=120)
+    report = index_repository(
+        sender, SAMPLE_SERVICE, REPO, max_bytes=settings.max_file_bytes, timeout=120
+    )
     assert report.files > 10 and not report.failed
 
 
@@ -41,20 +42,25 @@ def run(sender: Any, slack_sim: SlackSimulator) -> Callable[..., dict]:
         event = parse_error_input(text, service="shop-api", repo=repo)
         result = enqueue_error(sender, event).get(timeout=timeout)
         if result["destination"] == "slack" and event.stacktrace.strip():
-            wait_until(lambda: any(m.get("thread_ts") == result["ts"]
-                                   for m in slack_sim.messages), 30, "the trace's reply")
+            wait_until(
+                lambda: any(m.get("thread_ts") == result["ts"] for m in slack_sim.messages),
+                30,
+                "the trace's reply",
+            )
         return dict(result)
 
     return go
 
 
 def posted_for(slack_sim: SlackSimulator, event_id: str) -> list[dict[str, Any]]:
-    return [m for m in slack_sim.messages
-            if event_id[:12] in json.dumps(m.get("blocks") or [])]
+    return [m for m in slack_sim.messages if event_id[:12] in json.dumps(m.get("blocks") or [])]
 
 
 def test_sample_error_names_the_buggy_file_and_crosses_every_queue(
-    indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
+    indexed: None,
+    run: Callable[..., dict],
+    slack_sim: SlackSimulator,
+    ollama_sim: OllamaSimulator,
 ) -> None:
     result = run()
 
@@ -64,8 +70,7 @@ def test_sample_error_names_the_buggy_file_and_crosses_every_queue(
     assert analysis["summary"] and analysis["suggested_fix"]
     assert analysis["hypotheses"] and 0 <= analysis["hypotheses"][0]["confidence"] <= 1
     assert analysis["hypotheses"][0]["evidence"][0].startswith(BUGGY + ":")
-    assert [v["queue"] for v in result["trail"]] == ["embed", "retrieve", "rerank", "llm",
-                                                     "notify"]
+    assert [v["queue"] for v in result["trail"]] == ["embed", "retrieve", "rerank", "llm", "notify"]
     assert result["destination"] == "slack" and result["channel"] == SLACK_CHANNEL
     [message] = posted_for(slack_sim, result["event_id"])
     assert BUGGY in json.dumps(message["blocks"]) and BUGGY in message["text"]
@@ -76,7 +81,10 @@ def test_sample_error_names_the_buggy_file_and_crosses_every_queue(
 
 
 def test_chat_failing_with_500_still_delivers_a_degraded_message(
-    indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator,
+    indexed: None,
+    run: Callable[..., dict],
+    slack_sim: SlackSimulator,
+    ollama_sim: OllamaSimulator,
 ) -> None:
     ollama_sim.fail("/api/chat", 500, times=-1)
 
@@ -91,7 +99,10 @@ def test_chat_failing_with_500_still_delivers_a_degraded_message(
 
 
 def test_rerank_server_down_is_said_in_the_message(
-    indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator, rerank_sim: OllamaSimulator,
+    indexed: None,
+    run: Callable[..., dict],
+    slack_sim: SlackSimulator,
+    rerank_sim: OllamaSimulator,
 ) -> None:
     rerank_sim.stop()
     try:
@@ -106,7 +117,9 @@ def test_rerank_server_down_is_said_in_the_message(
 
 
 def test_reranker_reorders_candidates_when_it_works(
-    indexed: None, run: Callable[..., dict], rerank_sim: OllamaSimulator,
+    indexed: None,
+    run: Callable[..., dict],
+    rerank_sim: OllamaSimulator,
 ) -> None:
     rerank_sim.clear_log()
     result = run()
@@ -116,22 +129,30 @@ def test_reranker_reorders_candidates_when_it_works(
 
 
 def test_slack_429_then_200_posts_exactly_one_message(
-    indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator,
+    indexed: None,
+    run: Callable[..., dict],
+    slack_sim: SlackSimulator,
 ) -> None:
     slack_sim.clear_log()
     slack_sim.rate_limit(1, retry_after=1)
 
     result = run()
 
-    statuses = [r["status"] for r in slack_sim.requests_to("/api/chat.postMessage")
-                if not r["body"].get("thread_ts")]  # the trace follows as a thread reply
+    statuses = [
+        r["status"]
+        for r in slack_sim.requests_to("/api/chat.postMessage")
+        if not r["body"].get("thread_ts")
+    ]  # the trace follows as a thread reply
     assert statuses == [429, 200]
     assert len(posted_for(slack_sim, result["event_id"])) == 1
     assert result["ts"]
 
 
 def test_unknown_channel_is_a_clear_permanent_error_kept_in_the_file(
-    indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator, settings: Settings,
+    indexed: None,
+    run: Callable[..., dict],
+    slack_sim: SlackSimulator,
+    settings: Settings,
 ) -> None:
     slack_sim.fail("chat.postMessage", "channel_not_found", times=1)
     slack_sim.clear_log()
@@ -156,7 +177,10 @@ def test_empty_error_text_still_produces_a_message(indexed: None, run: Callable[
 
 
 def test_missing_llm_model_degrades_with_ollama_pull_hint(
-    indexed: None, run: Callable[..., dict], ollama_sim: OllamaSimulator, settings: Settings,
+    indexed: None,
+    run: Callable[..., dict],
+    ollama_sim: OllamaSimulator,
+    settings: Settings,
 ) -> None:
     with model_not_pulled(ollama_sim, settings.llm_model):
         result = run()
@@ -175,7 +199,9 @@ def test_huge_trace_is_trimmed_with_a_marker_and_analyzed(
 
 
 def test_chroma_down_retries_then_says_vector_search_failed(
-    indexed: None, run: Callable[..., dict], stack: LocalStack,
+    indexed: None,
+    run: Callable[..., dict],
+    stack: LocalStack,
 ) -> None:
     chroma = next(p for p in stack.procs if p.name == "chroma")
     chroma.stop()
@@ -198,8 +224,20 @@ def stack_restart_chroma(stack: LocalStack) -> bool:
     port = url.rsplit(":", 1)[1]
     old = next(p for p in stack.procs if p.name == "chroma")
     stack.procs.remove(old)
-    proc = spawn("chroma", [chroma_executable(), "run", "--path", str(stack.workdir / "chroma"),
-                            "--host", "127.0.0.1", "--port", port], Path(stack.workdir) / "logs")
+    proc = spawn(
+        "chroma",
+        [
+            chroma_executable(),
+            "run",
+            "--path",
+            str(stack.workdir / "chroma"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            port,
+        ],
+        Path(stack.workdir) / "logs",
+    )
     stack.procs.append(proc)
     wait_until(lambda: httpx.get(f"{url}/api/v2/heartbeat", timeout=1).is_success, 60, "chroma")
     return True

@@ -27,16 +27,21 @@ def pool_children(pid: int) -> list[int]:
 
 
 def test_llm_worker_child_killed_mid_analysis_the_task_runs_again(
-    stack: LocalStack, sender: Any, settings: Settings, ollama_sim: OllamaSimulator,
+    stack: LocalStack,
+    sender: Any,
+    settings: Settings,
+    ollama_sim: OllamaSimulator,
 ) -> None:
-    index_repository(sender, SAMPLE_SERVICE, "sample-kill", max_bytes=settings.max_file_bytes,
-                     timeout=120)
+    index_repository(
+        sender, SAMPLE_SERVICE, "sample-kill", max_bytes=settings.max_file_bytes, timeout=120
+    )
     llm = next(p for p in stack.procs if p.name == "worker-llm")
     ollama_sim.clear_log()
     ollama_sim.configure(latency={"chat": 3.0})
     try:
-        event = parse_error_input((DATA / "sample-error.txt").read_text(), service="shop-api",
-                                  repo="sample-kill")
+        event = parse_error_input(
+            (DATA / "sample-error.txt").read_text(), service="shop-api", repo="sample-kill"
+        )
         result = enqueue_error(sender, event)
         deadline = time.monotonic() + 60
         while not ollama_sim.requests_to("/api/chat") and time.monotonic() < deadline:

@@ -39,8 +39,7 @@ def info_line(n: int) -> str:
 
 def marker_in(text: str) -> str | None:
     """The ``marker-N`` a record carries, one per event."""
-    return next((w.strip("()") for w in text.split() if w.strip("()").startswith("marker-")),
-                None)
+    return next((w.strip("()") for w in text.split() if w.strip("()").startswith("marker-")), None)
 
 
 def markers(events: list[ErrorEvent]) -> list[str]:
@@ -66,9 +65,16 @@ def tailer_for(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
     made: list[Tailer] = []
 
     def make(pattern: str, collect: Collect, **kw: object) -> Tailer:
-        t = Tailer([pattern], service="shop-api", repo="sample", enqueue=collect,
-                   state_path=tmp_path / "state.json", from_start=True, flush_after=0.5,
-                   **kw)  # type: ignore[arg-type]
+        t = Tailer(
+            [pattern],
+            service="shop-api",
+            repo="sample",
+            enqueue=collect,
+            state_path=tmp_path / "state.json",
+            from_start=True,
+            flush_after=0.5,
+            **kw,
+        )  # type: ignore[arg-type]
         made.append(t)
         return t
 
@@ -154,8 +160,9 @@ def test_a_log_deleted_while_being_read_is_read_to_its_end(tmp_path: Path, taile
 
 def test_binary_garbage_and_invalid_utf8_do_not_stop_the_tailer(tmp_path: Path, tailer_for) -> None:  # type: ignore[no-untyped-def]
     log = tmp_path / "app.log"
-    log.write_bytes(os.urandom(20_000) + b"\n\xff\xfe ERROR caf\xe9 failed\n" + traceback_record(7)
-                    .encode())
+    log.write_bytes(
+        os.urandom(20_000) + b"\n\xff\xfe ERROR caf\xe9 failed\n" + traceback_record(7).encode()
+    )
     collect = Collect()
     settle(tailer_for(str(log), collect), 0.0)
     assert "marker-7" in markers(collect.events)
@@ -211,9 +218,21 @@ def queued_events(client: redis.Redis) -> list[dict]:
 
 
 def start_tail(log_glob: str, env: dict[str, str], state: Path, logs: Path) -> Proc:
-    return spawn("tail", [tracehound_executable(), "tail", log_glob,
-                          "--service", "shop-api", "--from-start", "--state-dir", str(state)],
-                 logs, env=env)
+    return spawn(
+        "tail",
+        [
+            tracehound_executable(),
+            "tail",
+            log_glob,
+            "--service",
+            "shop-api",
+            "--from-start",
+            "--state-dir",
+            str(state),
+        ],
+        logs,
+        env=env,
+    )
 
 
 def test_sigkill_mid_stream_then_restart_loses_no_error(tmp_path: Path) -> None:
@@ -264,8 +283,12 @@ def test_the_first_event_of_a_new_tailer_needs_no_writer(tmp_path: Path) -> None
     redis_proc, redis_url = start_redis(tmp_path)
     client = redis.Redis.from_url(redis_url)
     (tmp_path / "app.log").write_text(traceback_record(5))
-    tail = start_tail(str(tmp_path / "app.log"), {"TRACEHOUND_REDIS_URL": redis_url},
-                      tmp_path / "state", tmp_path / "logs")
+    tail = start_tail(
+        str(tmp_path / "app.log"),
+        {"TRACEHOUND_REDIS_URL": redis_url},
+        tmp_path / "state",
+        tmp_path / "logs",
+    )
     try:
         wait_until(lambda: client.llen("embed") == 1, 60, "one event")
         [event] = queued_events(client)

@@ -161,8 +161,13 @@ def test_an_invalid_setting_never_prints_the_secret_it_rejected() -> None:
 
     env = {**os.environ, "TRACEHOUND_SLACK_BOT_TOKEN": "xoxb-very-secret-token-value"}
     env.pop("TRACEHOUND_SLACK_CHANNEL", None)
-    done = subprocess.run([str(Path(sys.executable).parent / "tracehound"), "config"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "tracehound"), "config"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "TRACEHOUND_SLACK_CHANNEL" in done.stderr
     assert "secret-token" not in done.stderr + done.stdout

@@ -104,8 +104,9 @@ def slack() -> Iterator[SlackSimulator]:
         yield s
 
 
-def _embed(http: httpx.Client, sim: OllamaSimulator, texts: list[str] | str,
-           model: str = EMBED) -> httpx.Response:
+def _embed(
+    http: httpx.Client, sim: OllamaSimulator, texts: list[str] | str, model: str = EMBED
+) -> httpx.Response:
     return http.post(f"{sim.url}/api/embed", json={"model": model, "input": texts})
 
 
@@ -128,7 +129,8 @@ def test_root_version_tags_and_ps(sim: OllamaSimulator, http: httpx.Client) -> N
 
 
 def test_embed_is_deterministic_ordered_and_normalised(
-    sim: OllamaSimulator, http: httpx.Client,
+    sim: OllamaSimulator,
+    http: httpx.Client,
 ) -> None:
     texts = ["OrderService.findById failed", "def total_price(order):", "καλημέρα κόσμε"]
     first = _embed(http, sim, texts).json()
@@ -154,7 +156,8 @@ def test_embed_similarity_prefixes_and_empty_text(sim: OllamaSimulator, http: ht
     q, r, u = _embed(http, sim, [query, related, unrelated]).json()["embeddings"]
     assert _dot(q, r) > _dot(q, u) + 0.2
     plain, prefixed = _embed(http, sim, ["total price", "search_query: total price"]).json()[
-        "embeddings"]
+        "embeddings"
+    ]
     assert plain == prefixed
     empty = _embed(http, sim, ["", "  ... ;; "]).json()["embeddings"]
     assert empty[0] == empty[1] == [1.0] + [0.0] * 255
@@ -163,13 +166,16 @@ def test_embed_similarity_prefixes_and_empty_text(sim: OllamaSimulator, http: ht
 
 
 def test_unknown_model_is_404_with_ollama_phrasing(
-    sim: OllamaSimulator, http: httpx.Client,
+    sim: OllamaSimulator,
+    http: httpx.Client,
 ) -> None:
     response = _embed(http, sim, "hello", model="no-such-model")
     assert response.status_code == 404
     assert response.json() == {"error": 'model "no-such-model" not found, try pulling it first'}
-    chat = http.post(f"{sim.url}/api/chat", json={
-        "model": "nope:1b", "messages": [{"role": "user", "content": "hi"}]})
+    chat = http.post(
+        f"{sim.url}/api/chat",
+        json={"model": "nope:1b", "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert chat.status_code == 404
     with pytest.raises(ollama.ResponseError) as info:
         ollama.Client(host=sim.url, verify=False).embed(model="missing", input="x")
@@ -180,8 +186,9 @@ def test_unknown_model_is_404_with_ollama_phrasing(
 
 
 def test_malformed_json_is_400(sim: OllamaSimulator, http: httpx.Client) -> None:
-    response = http.post(f"{sim.url}/api/embed", content=b"{not json",
-                          headers={"Content-Type": "application/json"})
+    response = http.post(
+        f"{sim.url}/api/embed", content=b"{not json", headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 400
     assert "error" in response.json()
     assert http.get(f"{sim.url}/api/nothing").status_code == 404
@@ -201,8 +208,9 @@ def _check_cites_orders(content: str) -> Reply:
 
 
 def test_chat_langchain_non_streaming_structured(sim: OllamaSimulator) -> None:
-    llm = ChatOllama(model=CHAT, base_url=sim.url, format=SCHEMA, client_kwargs=NO_TLS,
-                     temperature=0)
+    llm = ChatOllama(
+        model=CHAT, base_url=sim.url, format=SCHEMA, client_kwargs=NO_TLS, temperature=0
+    )
     message = llm.invoke([("system", "You are tracehound."), ("user", PROMPT)], stream=False)
     _check_cites_orders(str(message.content))
     (entry,) = sim.requests_to("/api/chat")
@@ -220,16 +228,21 @@ def test_chat_langchain_streaming_structured(sim: OllamaSimulator) -> None:
 
 def test_chat_repair_turn_still_reads_the_prompt_markers(sim: OllamaSimulator) -> None:
     client = ollama.Client(host=sim.url, verify=False)
-    response = client.chat(model=CHAT, format=SCHEMA, messages=[
-        {"role": "user", "content": PROMPT},
-        {"role": "assistant", "content": "{oops"},
-        {"role": "user", "content": "Your previous answer was not valid JSON. Fix it."},
-    ])
+    response = client.chat(
+        model=CHAT,
+        format=SCHEMA,
+        messages=[
+            {"role": "user", "content": PROMPT},
+            {"role": "assistant", "content": "{oops"},
+            {"role": "user", "content": "Your previous answer was not valid JSON. Fix it."},
+        ],
+    )
     _check_cites_orders(response.message.content or "")
 
 
 def test_chat_streaming_ndjson_over_httpx_and_ollama_client(
-    sim: OllamaSimulator, http: httpx.Client,
+    sim: OllamaSimulator,
+    http: httpx.Client,
 ) -> None:
     body = {"model": CHAT, "messages": [{"role": "user", "content": PROMPT}]}  # stream default
     with http.stream("POST", f"{sim.url}/api/chat", json=body) as response:
@@ -244,8 +257,11 @@ def test_chat_streaming_ndjson_over_httpx_and_ollama_client(
     text = "".join(line["message"]["content"] for line in lines)
     assert text.startswith("SIMULATED ANALYSIS:") and "app/orders.py:20-42" in text
 
-    parts = list(ollama.Client(host=sim.url, verify=False).chat(
-        model=CHAT, messages=[{"role": "user", "content": PROMPT}], stream=True))
+    parts = list(
+        ollama.Client(host=sim.url, verify=False).chat(
+            model=CHAT, messages=[{"role": "user", "content": PROMPT}], stream=True
+        )
+    )
     assert parts[-1].done is True
     assert "".join(p.message.content or "" for p in parts) == text
 
@@ -283,13 +299,18 @@ def test_chat_reply_overrides(sim: OllamaSimulator) -> None:
     assert client.chat(model=CHAT, messages=messages, format=SCHEMA).message.content == "fixed"
     sim.configure(chat_reply=None)
     assert client.chat(model=CHAT, messages=messages, format="json").message.content == (
-        '{"response": "simulated"}')
+        '{"response": "simulated"}'
+    )
 
 
 def test_no_candidates_gives_low_confidence(sim: OllamaSimulator) -> None:
     client = ollama.Client(host=sim.url, verify=False)
-    content = client.chat(model=CHAT, format=SCHEMA, messages=[
-        {"role": "user", "content": "<error>\nValueError: bad\n</error>\nNo candidates."}],
+    content = client.chat(
+        model=CHAT,
+        format=SCHEMA,
+        messages=[
+            {"role": "user", "content": "<error>\nValueError: bad\n</error>\nNo candidates."}
+        ],
     ).message.content
     reply = Reply.model_validate_json(content or "")
     assert reply.confidence == pytest.approx(0.1)
@@ -326,9 +347,15 @@ def test_generic_schema_over_http(sim: OllamaSimulator) -> None:
         verdict: bool
         count: int = Field(ge=10)
 
-    content = ollama.Client(host=sim.url, verify=False).chat(
-        model=CHAT, messages=[{"role": "user", "content": "hi"}],
-        format=Answer.model_json_schema()).message.content
+    content = (
+        ollama.Client(host=sim.url, verify=False)
+        .chat(
+            model=CHAT,
+            messages=[{"role": "user", "content": "hi"}],
+            format=Answer.model_json_schema(),
+        )
+        .message.content
+    )
     assert Answer.model_validate_json(content or "") == Answer(verdict=True, count=10)
 
 
@@ -372,58 +399,84 @@ def test_latency_is_applied_and_logged(sim: OllamaSimulator, http: httpx.Client)
 
 
 def test_rerank_shapes_are_sorted_and_map_back_by_index(
-    sim: OllamaSimulator, http: httpx.Client,
+    sim: OllamaSimulator,
+    http: httpx.Client,
 ) -> None:
     query = "KeyError sku_price in total_price"
-    docs = ["def slugify(text): ...", "def total_price(order): item['sku_price']",
-            "sku_price lookup table"]
-    v1 = http.post(f"{sim.url}/v1/rerank", json={
-        "model": RERANK, "query": query, "documents": docs, "top_n": 3}).json()
+    docs = [
+        "def slugify(text): ...",
+        "def total_price(order): item['sku_price']",
+        "sku_price lookup table",
+    ]
+    v1 = http.post(
+        f"{sim.url}/v1/rerank",
+        json={"model": RERANK, "query": query, "documents": docs, "top_n": 3},
+    ).json()
     assert v1["model"] == RERANK and "usage" in v1
     scores = [r["relevance_score"] for r in v1["results"]]
     assert scores == sorted(scores, reverse=True)
     assert v1["results"][0]["index"] == 1 and v1["results"][-1]["index"] == 0
     assert all(0.0 <= s < 1.0 for s in scores)
-    top1 = http.post(f"{sim.url}/v1/rerank", json={
-        "model": RERANK, "query": query, "documents": [{"text": d} for d in docs], "top_n": 1})
+    top1 = http.post(
+        f"{sim.url}/v1/rerank",
+        json={
+            "model": RERANK,
+            "query": query,
+            "documents": [{"text": d} for d in docs],
+            "top_n": 1,
+        },
+    )
     assert [r["index"] for r in top1.json()["results"]] == [1]
 
-    tei = http.post(f"{sim.url}/rerank", json={"query": query, "texts": docs,
-                                                "return_text": True}).json()
+    tei = http.post(
+        f"{sim.url}/rerank", json={"query": query, "texts": docs, "return_text": True}
+    ).json()
     assert isinstance(tei, list) and [r["index"] for r in tei] == [1, 2, 0]
     assert tei[0]["text"] == docs[1]
     by_index = {r["index"]: r["score"] for r in tei}
     assert by_index[1] == pytest.approx(scores[0])
 
-    api = http.post(f"{sim.url}/api/rerank", json={
-        "model": RERANK, "query": query, "documents": docs}).json()
+    api = http.post(
+        f"{sim.url}/api/rerank", json={"model": RERANK, "query": query, "documents": docs}
+    ).json()
     assert [r["index"] for r in api["results"]] == [1, 2, 0]
     assert sim.loaded_model == RERANK
     assert sim.requests_to("/rerank")[0]["model"] is None
 
     for path in ("/v1/rerank", "/api/rerank"):
-        missing = http.post(f"{sim.url}{path}", json={
-            "model": "nope", "query": query, "documents": docs})
+        missing = http.post(
+            f"{sim.url}{path}", json={"model": "nope", "query": query, "documents": docs}
+        )
         assert missing.status_code == 404
         assert missing.json()["error"] == 'model "nope" not found, try pulling it first'
 
 
 def test_ollama_control_endpoints(sim: OllamaSimulator, http: httpx.Client) -> None:
     base = sim.url
-    config = http.post(f"{base}/_sim/config", json={
-        "chat_reply": "from another process", "models": [CHAT],
-        "fail": {"path": "/api/tags", "status": 502, "times": 1}}).json()
+    config = http.post(
+        f"{base}/_sim/config",
+        json={
+            "chat_reply": "from another process",
+            "models": [CHAT],
+            "fail": {"path": "/api/tags", "status": 502, "times": 1},
+        },
+    ).json()
     assert config["chat_reply"] == "from another process" and config["models"] == [CHAT]
     assert http.get(f"{base}/api/tags").status_code == 502
     assert http.get(f"{base}/api/tags").status_code == 200
     assert _embed(http, sim, "x").status_code == 404  # EMBED no longer "pulled"
-    reply = http.post(f"{base}/api/chat", json={
-        "model": CHAT, "messages": [{"role": "user", "content": "hi"}], "stream": False})
+    reply = http.post(
+        f"{base}/api/chat",
+        json={"model": CHAT, "messages": [{"role": "user", "content": "hi"}], "stream": False},
+    )
     assert reply.json()["message"]["content"] == "from another process"
     log = http.get(f"{base}/_sim/log").json()
     assert [(e["method"], e["path"], e["status"]) for e in log] == [
-        ("GET", "/api/tags", 502), ("GET", "/api/tags", 200), ("POST", "/api/embed", 404),
-        ("POST", "/api/chat", 200)]
+        ("GET", "/api/tags", 502),
+        ("GET", "/api/tags", 200),
+        ("POST", "/api/embed", 404),
+        ("POST", "/api/chat", 200),
+    ]
     assert log[-1]["model"] == CHAT and log[-1]["t_end"] >= log[-1]["t"]
     assert http.post(f"{base}/_sim/config", json={"bogus": 1}).status_code == 400
     http.post(f"{base}/_sim/fail", json={"path": "/api/embed", "status": 500, "times": -1})
@@ -526,8 +579,10 @@ def test_chat_update(slack: SlackSimulator) -> None:
 
 
 def test_form_encoded_post_with_json_blocks(slack: SlackSimulator, http: httpx.Client) -> None:
-    response = http.post(slack.url + "/api/chat.postMessage", data={
-        "token": "xoxb-form", "channel": "C1", "text": "form", "blocks": json.dumps(BLOCKS)})
+    response = http.post(
+        slack.url + "/api/chat.postMessage",
+        data={"token": "xoxb-form", "channel": "C1", "text": "form", "blocks": json.dumps(BLOCKS)},
+    )
     assert response.json()["ok"] is True
     assert slack.messages[0]["blocks"] == BLOCKS
     entry = slack.requests[0]
@@ -537,8 +592,11 @@ def test_form_encoded_post_with_json_blocks(slack: SlackSimulator, http: httpx.C
 def test_validation_and_injected_failures(slack: SlackSimulator) -> None:
     client = _web(slack)
     with pytest.raises(SlackApiError) as info:
-        client.chat_postMessage(channel="C1", text="x", blocks=[
-            {"type": "section", "text": {"type": "mrkdwn", "text": "y" * 3001}}])
+        client.chat_postMessage(
+            channel="C1",
+            text="x",
+            blocks=[{"type": "section", "text": {"type": "mrkdwn", "text": "y" * 3001}}],
+        )
     assert info.value.response["error"] == "invalid_blocks"
     with pytest.raises(SlackApiError) as info:
         client.chat_postMessage(channel="C1", text="x", blocks=[{"type": "divider"}] * 51)
@@ -574,9 +632,14 @@ def test_webhook(slack: SlackSimulator) -> None:
 
 def test_slack_control_endpoints(slack: SlackSimulator, http: httpx.Client) -> None:
     base = slack.url
-    config = http.post(f"{base}/_sim/config", json={
-        "channels": ["C0ALERTS"], "rate_limit": {"times": 1, "retry_after": 4},
-        "fail": [{"method": "auth.test", "error": "account_inactive"}]}).json()
+    config = http.post(
+        f"{base}/_sim/config",
+        json={
+            "channels": ["C0ALERTS"],
+            "rate_limit": {"times": 1, "retry_after": 4},
+            "fail": [{"method": "auth.test", "error": "account_inactive"}],
+        },
+    ).json()
     assert config["channels"] == ["C0ALERTS"]
     client = _web(slack)
     with pytest.raises(SlackApiError) as info:
@@ -588,8 +651,10 @@ def test_slack_control_endpoints(slack: SlackSimulator, http: httpx.Client) -> N
     client.chat_postMessage(channel="C0ALERTS", text="hello")
     log = http.get(f"{base}/_sim/log").json()
     assert [(e["api_method"], e["status"], e["error"]) for e in log] == [
-        ("chat.postMessage", 429, "ratelimited"), ("auth.test", 200, "account_inactive"),
-        ("chat.postMessage", 200, None)]
+        ("chat.postMessage", 429, "ratelimited"),
+        ("auth.test", 200, "account_inactive"),
+        ("chat.postMessage", 200, None),
+    ]
     assert [m["text"] for m in http.get(f"{base}/_sim/messages").json()] == ["hello"]
     assert http.post(f"{base}/_sim/config", json={"nope": True}).status_code == 400
     assert http.post(f"{base}/_sim/reset").json() == {"ok": True}
@@ -600,13 +665,18 @@ def test_slack_control_endpoints(slack: SlackSimulator, http: httpx.Client) -> N
 # ---------------------------------------------------------------- standalone mode
 
 
-@pytest.mark.parametrize(("module", "probe"), [
-    ("shared.simulators.ollama", "/api/version"), ("shared.simulators.slack", "/_sim/log")])
+@pytest.mark.parametrize(
+    ("module", "probe"),
+    [("shared.simulators.ollama", "/api/version"), ("shared.simulators.slack", "/_sim/log")],
+)
 def test_main_runs_in_foreground_and_stops_on_sigterm(
-    module: str, probe: str, http: httpx.Client,
+    module: str,
+    probe: str,
+    http: httpx.Client,
 ) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", module, "--port", "0"], cwd=REPO,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, "--port", "0"], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
