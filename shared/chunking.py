@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -273,3 +274,23 @@ def embedding_text(chunk: Chunk) -> str:
     if chunk.symbol:
         return f"{chunk.path} {chunk.symbol}\n{chunk.text}"
     return f"{chunk.path}\n{chunk.text}"
+
+
+# Definitions in Python, JS/TS, Go, Ruby, Rust, Kotlin, Swift, PHP: the keyword and the name.
+_DEFINITION = re.compile(
+    r"^[ \t]*(?:export\s+)?(?:pub(?:\([^)]*\))?\s+)?(?:async\s+)?"
+    r"(?:def|class|func|function|fn|fun|struct|trait|interface|enum|module)\s+"
+    r"(?:\([^)]*\)\s*)?([A-Za-z_]\w*)",
+    re.MULTILINE,
+)
+
+
+def defined_names(chunk: Chunk) -> list[str]:
+    """Every name the chunk defines: its symbol's parts and the definitions in its text.
+
+    A class small enough to be one chunk carries only the class as its symbol; its methods
+    and nested functions are named here too, so a message naming a method finds it.
+    """
+    names = [q.rsplit(".", 1)[-1] for q in chunk.symbol.split(", ")] if chunk.symbol else []
+    names.extend(m.group(1) for m in _DEFINITION.finditer(chunk.text))
+    return list(dict.fromkeys(names))

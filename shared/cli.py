@@ -383,6 +383,7 @@ def eval_(
             cache=cache,
             depth=settings.candidate_depth,
             rrf_k=settings.rrf_k,
+            prior=settings.path_prior(),
             on_event=lambda msg: err.print(msg, highlight=False),
         )
     except PermanentError as exc:

@@ -1,7 +1,8 @@
 """The keyword corpus in Redis: every chunk's tokens and text, and each file's chunk ids.
 
 Keys per repo (``{r}`` is the repo name):
-  th:corpus:{r}:docs      hash chunk id -> JSON {p: path, s: start, e: end, t: "tokens ..."}
+  th:corpus:{r}:docs      hash chunk id -> JSON {p: path, s: start, e: end,
+                          y: "names it defines", t: "tokens ..."}
   th:corpus:{r}:text      hash chunk id -> zlib-compressed chunk text
   th:corpus:{r}:files     hash path -> JSON list of the chunk ids last fully indexed for it
   th:corpus:{r}:version   counter bumped by every change, so readers know when to reload
@@ -17,6 +18,7 @@ from typing import Any, cast
 
 import redis
 
+from shared.chunking import defined_names
 from shared.domain import Chunk, ChunkHit
 from shared.tokens import tokenize
 
@@ -27,6 +29,7 @@ class CorpusSnapshot:
     ids: list[str]
     meta: list[tuple[str, int, int]]  # path, start, end
     tokens: list[list[str]]
+    names: list[list[str]]  # what each chunk defines (functions, classes, methods)
 
 
 class RedisCorpus:
@@ -55,6 +58,7 @@ class RedisCorpus:
                     "p": c.path,
                     "s": c.start_line,
                     "e": c.end_line,
+                    "y": " ".join(defined_names(c)),
                     "t": " ".join(tokenize(f"{c.path}\n{c.text}")),
                 }
             )
@@ -106,13 +110,14 @@ class RedisCorpus:
         pipe.get(self._key(repo, "version"))
         pipe.hgetall(self._key(repo, "docs"))
         version, docs = pipe.execute()
-        ids, meta, tokens = [], [], []
+        ids, meta, tokens, names = [], [], [], []
         for cid, raw in docs.items():
             d = json.loads(raw)
             ids.append(cid.decode() if isinstance(cid, bytes) else cid)
             meta.append((d["p"], int(d["s"]), int(d["e"])))
             tokens.append(d["t"].split())
-        return CorpusSnapshot(int(version or 0), ids, meta, tokens)
+            names.append(d.get("y", "").split())  # "" in documents indexed before names were kept
+        return CorpusSnapshot(int(version or 0), ids, meta, tokens, names)
 
     def hits(
         self, repo: str, ranked: Iterable[tuple[int, float]], snap: CorpusSnapshot

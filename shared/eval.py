@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from shared.chunking import CHUNKER_VERSION, chunk_file, embedding_text
+from shared.chunking import CHUNKER_VERSION, chunk_file, defined_names, embedding_text
 from shared.domain import Chunk, ChunkHit
 from shared.embedder import Embedder
 from shared.frames import PathMapper, parse_frames
-from shared.keywords import chunks_covering
+from shared.keywords import chunks_covering, defining, symbol_table
 from shared.query import build_query
 from shared.reindex import IndexReport, collect
 from shared.reranker import Reranker, rerank_candidates
@@ -36,13 +36,15 @@ from shared.traces import event_from_text
 log = logging.getLogger(__name__)
 
 KS = (1, 3, 5, 10)
-BASE_MODES = ("vector", "bm25", "frames", "hybrid", "hybrid+frames")
+BASE_MODES = ("vector", "bm25", "frames", "symbols", "hybrid", "hybrid+frames", "all")
 MODE_SIGNALS: dict[str, frozenset[str]] = {
     "vector": frozenset({"vector"}),
     "bm25": frozenset({"bm25"}),
     "frames": frozenset({"frames"}),
+    "symbols": frozenset({"symbols"}),
     "hybrid": frozenset({"vector", "bm25"}),
     "hybrid+frames": frozenset({"vector", "bm25", "frames"}),
+    "all": frozenset({"vector", "bm25", "frames", "symbols"}),  # what the pipeline runs
 }
 RERANK_SUFFIX = "+rerank"
 
@@ -200,6 +202,7 @@ class MemoryIndex:
         self.by_path: dict[str, list[int]] = {}
         for i, c in enumerate(self.chunks):
             self.by_path.setdefault(c.path, []).append(i)
+        self.symbols = symbol_table([defined_names(c) for c in self.chunks])
         self._memo: dict[tuple[str, str, int], list[ChunkHit]] = {}
 
     def _hit(self, i: int, score: float) -> ChunkHit:
@@ -250,6 +253,9 @@ class MemoryIndex:
             for i in self.by_path.get(path, [])
         ]
         return [self._hit(i, 0.0) for i in chunks_covering(spans, line)]
+
+    def defining(self, repo: str, names: Sequence[str]) -> list[ChunkHit]:
+        return [self._hit(i, 0.0) for i in defining(self.symbols, names)]
 
 
 def load_corpus(
@@ -304,6 +310,7 @@ def run_eval(
     depth: int = 50,
     rrf_k: int = 60,
     query_prefix: str = "",
+    prior: Callable[[str], float] | None = None,
     keep_files: int = 20,
     on_event: Callable[[str], None] | None = None,
 ) -> EvalReport:
@@ -360,6 +367,7 @@ def run_eval(
                     depth=depth,
                     rrf_k=rrf_k,
                     signals=MODE_SIGNALS[base],
+                    prior=prior,
                 )
                 candidates = found.candidates
                 if mode.endswith(RERANK_SUFFIX) and reranker is not None and candidates:

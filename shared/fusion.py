@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from shared.domain import Candidate, ChunkHit
 
 # k=60 comes from Cormack, Clarke & Büttcher (SIGIR 2009): large enough that a document ranked
 # first by one retriever cannot drown out agreement between retrievers further down the lists.
 RRF_K = 60
+# A file's score adds its best chunks' scores, each counting this much less than the one before:
+# a file several retrieved chunks point into is likelier than one with a single lucky chunk,
+# and the geometric decay keeps a long file from winning by size alone.
+FILE_DECAY = 0.5
 
 
 def reciprocal_rank_fusion(
@@ -36,14 +40,27 @@ def reciprocal_rank_fusion(
     return [hits[cid].model_copy(update={"score": scores[cid]}) for cid in order]
 
 
-def group_by_file(fused: Sequence[ChunkHit], *, chunks_per_file: int = 3) -> list[Candidate]:
-    """One candidate per file, ranked by its best chunk; each keeps its best few chunks."""
+def group_by_file(
+    fused: Sequence[ChunkHit],
+    *,
+    chunks_per_file: int = 3,
+    decay: float = FILE_DECAY,
+    weight: Callable[[str], float] | None = None,
+) -> list[Candidate]:
+    """One candidate per file, best first; each keeps its best few chunks.
+
+    A file scores the sum of its best ``chunks_per_file`` chunk scores, the n-th multiplied by
+    ``decay``**n, times ``weight(path)`` (a prior: tests and docs below source).
+    """
     by_path: dict[str, list[ChunkHit]] = {}
     for hit in fused:
         by_path.setdefault(hit.path, []).append(hit)
-    candidates = [
-        Candidate(path=path, score=hits[0].score, chunks=hits[:chunks_per_file])
-        for path, hits in by_path.items()
-    ]
-    candidates.sort(key=lambda c: -c.score)
+    candidates = []
+    for path, hits in by_path.items():
+        best = hits[:chunks_per_file]
+        score = sum(h.score * decay**n for n, h in enumerate(best))
+        if weight is not None:
+            score *= weight(path)
+        candidates.append(Candidate(path=path, score=score, chunks=best))
+    candidates.sort(key=lambda c: -c.score)  # stable: ties keep their fused order
     return candidates

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,15 +18,43 @@ class KeywordIndex(Protocol):
     def search(self, repo: str, text: str, n: int) -> list[ChunkHit]: ...
 
 
+# A name defined in more places than this says little about which one failed (``__init__``,
+# ``fit``, ``run``); it is left to the other signals.
+MAX_DEFINITIONS = 5
+
+
+def symbol_table(names: Sequence[Sequence[str]]) -> dict[str, list[int]]:
+    """Defined name -> indexes of the chunks defining it, from each chunk's defined names."""
+    table: dict[str, list[int]] = {}
+    for i, defined in enumerate(names):
+        for name in defined:
+            table.setdefault(name, []).append(i)
+    return table
+
+
+def defining(
+    table: dict[str, list[int]], names: Sequence[str], *, max_definitions: int = MAX_DEFINITIONS
+) -> list[int]:
+    """Chunks defining ``names``, in the names' order; names defined too often are skipped."""
+    found: list[int] = []
+    for name in names:
+        where = table.get(name, [])
+        if len(where) <= max_definitions:
+            found.extend(i for i in where if i not in found)
+    return found
+
+
 @dataclass
 class _Built:
     snap: CorpusSnapshot
     bm25: BM25Okapi | None
     by_path: dict[str, list[int]] = field(default_factory=dict)
+    symbols: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for i, (path, _, _) in enumerate(self.snap.meta):
             self.by_path.setdefault(path, []).append(i)
+        self.symbols = symbol_table(self.snap.names)
 
 
 def chunks_covering(spans: list[tuple[int, int, int]], line: int | None) -> list[int]:
@@ -88,3 +116,10 @@ class BM25Index:
             (built.snap.meta[i][1], built.snap.meta[i][2], i) for i in built.by_path.get(path, [])
         ]
         return self.corpus.hits(repo, [(i, 0.0) for i in chunks_covering(spans, line)], built.snap)
+
+    def defining(self, repo: str, names: Sequence[str]) -> list[ChunkHit]:
+        """Chunks whose code defines one of ``names`` (functions, classes, methods)."""
+        built = self._index(repo)
+        return self.corpus.hits(
+            repo, [(i, 0.0) for i in defining(built.symbols, names)], built.snap
+        )

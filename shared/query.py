@@ -133,3 +133,30 @@ def build_query(event: ErrorEvent, *, max_chars: int = QUERY_MAX_CHARS) -> str:
     if not query:
         return event.message.strip()[:max_chars] or event.service
     return query[:max_chars]
+
+
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_CAMEL = re.compile(r"[a-z0-9][A-Z]")
+SYMBOLS_MAX = 16
+
+
+def named_symbols(text: str, *, limit: int = SYMBOLS_MAX) -> list[str]:
+    """Names in ``text`` that look like code rather than prose, in order of appearance.
+
+    ``export_text``, ``LogisticRegressionCV``, the parts of ``units.quantity_input``: names
+    with an inner underscore or an inner capital, or any part of a dotted name that has one
+    of those or starts with a capital. Short and plain words ("the", "value", "Error") never
+    qualify; retrieval looks the names up among the symbols the code defines.
+    """
+    found: list[str] = []
+    for match in _DOTTED.finditer(text):
+        dotted = match.group(0)
+        for part in dotted.split("."):
+            core = part.strip("_")
+            if len(part) < 4 or part in found or not core:
+                continue
+            if "_" in core or _CAMEL.search(core) or ("." in dotted and core[0].isupper()):
+                found.append(part)
+                if len(found) >= limit:
+                    return found
+    return found

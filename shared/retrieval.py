@@ -12,11 +12,12 @@ from shared.errors import TracehoundError, TransientError
 from shared.frames import Frame, PathMapper, parse_frames
 from shared.fusion import group_by_file, reciprocal_rank_fusion
 from shared.keywords import KeywordIndex
+from shared.query import named_symbols
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SIGNALS = frozenset({"vector", "bm25", "frames"})
+SIGNALS = frozenset({"vector", "bm25", "frames", "symbols"})
 # A frame names the failing code outright: its chunk outweighs either retriever's first place,
 # so files on the trace come first and vectors and BM25 order them and fill in the rest.
 FRAME_WEIGHT = 3.0
@@ -24,6 +25,9 @@ MAX_FRAMES = 12
 # Vendored third-party code on the trace (requests/packages/urllib3, sklearn/externals) is
 # rarely where the bug is; it still counts, after the project's own frames.
 VENDORED_WEIGHT = 0.25
+# Code defining a name the error mentions (``export_text``, ``LogisticRegressionCV``) counts as
+# much as one retriever's vote: a name can be the caller's as well as the culprit's.
+SYMBOL_WEIGHT = 1.0
 
 
 class VectorSearch(Protocol):
@@ -62,6 +66,13 @@ def frame_ranking(
     return own, vendored
 
 
+@runtime_checkable
+class SymbolLocator(Protocol):
+    """What the symbols signal needs: the chunks defining some names."""
+
+    def defining(self, repo: str, names: Sequence[str]) -> list[ChunkHit]: ...
+
+
 @dataclass
 class Retrieved:
     candidates: list[Candidate]
@@ -82,12 +93,15 @@ def hybrid_retrieve(
     locator: ChunkLocator | None = None,
     signals: Collection[str] = SIGNALS,
     frame_weight: float = FRAME_WEIGHT,
+    prior: Callable[[str], float] | None = None,
 ) -> Retrieved:
-    """Dense, BM25 and stack-frame candidates fused by reciprocal rank, then one per file.
+    """Dense, BM25, stack-frame and named-symbol candidates fused by reciprocal rank, then
+    grouped per file (weighted by ``prior``, e.g. :class:`shared.priors.PathPrior`).
 
     ``frames`` default to those parsed from ``text`` (the query keeps the trace's frames); they
-    are located through ``locator``, by default the keyword index when it can. ``signals``
-    picks which of vector, bm25 and frames take part (the eval compares them).
+    and the code defining names the text mentions are located through ``locator``, by default
+    the keyword index when it can. ``signals`` picks which of vector, bm25, frames and symbols
+    take part (the eval compares them).
 
     A retriever failing for good (PermanentError) is left out and noted; a transient failure is
     raised for the task to retry, except with ``degrade`` (the last attempt), where it is noted
@@ -108,9 +122,9 @@ def hybrid_retrieve(
             notes.append(f"retrieval: {failed} ({exc})")
             return None
 
+    if locator is None and isinstance(keywords, ChunkLocator):
+        locator = keywords
     if "frames" in signals:
-        if locator is None and isinstance(keywords, ChunkLocator):
-            locator = keywords
         if locator is not None:
             found_frames = parse_frames(text) if frames is None else frames
             ranked = run(
@@ -124,6 +138,13 @@ def hybrid_retrieve(
                     if ranking:
                         rankings.append(ranking)
                         weights.append(w)
+    if "symbols" in signals and isinstance(locator, SymbolLocator):
+        names = named_symbols(text)
+        if names:
+            hits = run("symbols", "named symbols not used", lambda: locator.defining(repo, names))
+            if hits:
+                rankings.append(hits)
+                weights.append(SYMBOL_WEIGHT)
     if vector is not None and "vector" in signals:
         hits = run("vector", "vector search failed", lambda: vectors.query(repo, vector, depth))
         if hits is not None:
@@ -138,4 +159,4 @@ def hybrid_retrieve(
         notes.append("retrieval: failed, no code context was found")
         return Retrieved([], notes)
     fused = reciprocal_rank_fusion(rankings, k=rrf_k, weights=weights)
-    return Retrieved(group_by_file(fused), notes)
+    return Retrieved(group_by_file(fused, weight=prior), notes)

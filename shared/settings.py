@@ -9,6 +9,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from shared.priors import DEFAULT_DEMOTE, DEFAULT_DEMOTE_WEIGHT, PathPrior
+
 RerankBackend = Literal["none", "llamacpp", "vllm", "jina", "cohere", "tei", "ollama"]
 
 
@@ -69,6 +71,13 @@ class Settings(BaseSettings):
     candidate_depth: int = Field(50, ge=1, le=1000)
     top_k: int = Field(5, ge=1, le=50)
     rrf_k: int = Field(60, ge=1)
+    demote_paths: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_DEMOTE),
+        description="gitignore patterns of tests, docs, examples: rarely where a fix lands.",
+    )
+    demote_weight: float = Field(
+        DEFAULT_DEMOTE_WEIGHT, ge=0, le=1, description="Their files' score is multiplied by this."
+    )
 
     # --- indexing ---
     chunk_lines: int = Field(60, ge=5)
@@ -113,8 +122,9 @@ class Settings(BaseSettings):
         False, description="A recurrence after the window replies in the first message's thread."
     )
     repo_url_template: str | None = Field(
-        None, description="Link files: e.g. https://github.com/acme/{repo}/blob/main/{path}"
-        "#L{start}-L{end}"
+        None,
+        description="Link files: e.g. https://github.com/acme/{repo}/blob/main/{path}"
+        "#L{start}-L{end}",
     )
     min_relevance: float = Field(
         0.2, ge=0, le=1, description="Best rerank score below this: no strongly relevant code."
@@ -122,6 +132,9 @@ class Settings(BaseSettings):
     notify_file: Path | None = Field(
         None, description="Console notifier's JSON-lines file; default DATA_DIR/notifications.jsonl"
     )
+
+    def path_prior(self) -> PathPrior:
+        return PathPrior(self.demote_paths, self.demote_weight)
 
     @model_validator(mode="after")
     def _check(self) -> Settings:

@@ -7,7 +7,6 @@ from typing import Any
 
 import redis
 from celery.signals import task_postrun, worker_process_init, worker_process_shutdown
-from shared.redact import Redactor
 
 from shared import queues
 from shared.analysis import ChatModel, OllamaChat
@@ -24,6 +23,8 @@ from shared.hosts import (
 )
 from shared.keywords import BM25Index
 from shared.notifiers import ConsoleNotifier, Notifier, SlackBotNotifier, SlackWebhookNotifier
+from shared.priors import PathPrior
+from shared.redact import Redactor
 from shared.reranker import HttpReranker, Reranker
 from shared.settings import Settings
 from shared.vectors import ChromaVectorIndex
@@ -49,6 +50,10 @@ class Clients:
     @cached_property
     def keywords(self) -> BM25Index:
         return BM25Index(self.corpus)
+
+    @cached_property
+    def prior(self) -> PathPrior:
+        return self.settings.path_prior()
 
     @cached_property
     def vectors(self) -> ChromaVectorIndex:

@@ -36,8 +36,14 @@ def corpus(redis_client: redis.Redis) -> RedisCorpus:
 
 
 def index(sender: Any, root: Path, repo: str, settings: Settings, **kw: Any):  # type: ignore[no-untyped-def]
-    return index_repository(sender, root, repo, max_bytes=kw.pop("max_bytes",
-                            settings.max_file_bytes), timeout=120, **kw)
+    return index_repository(
+        sender,
+        root,
+        repo,
+        max_bytes=kw.pop("max_bytes", settings.max_file_bytes),
+        timeout=120,
+        **kw,
+    )
 
 
 def paths_in_chroma(chroma: ChromaVectorIndex, repo: str) -> set[str]:
@@ -46,7 +52,10 @@ def paths_in_chroma(chroma: ChromaVectorIndex, repo: str) -> set[str]:
 
 
 def test_reindexing_an_unchanged_tree_makes_no_embed_calls(
-    sender: Any, settings: Settings, sample_copy: Path, ollama_sim: OllamaSimulator,
+    sender: Any,
+    settings: Settings,
+    sample_copy: Path,
+    ollama_sim: OllamaSimulator,
 ) -> None:
     repo = new_repo()
     first = index(sender, sample_copy, repo, settings)
@@ -60,7 +69,10 @@ def test_reindexing_an_unchanged_tree_makes_no_embed_calls(
 
 
 def test_a_changed_file_reembeds_only_its_changed_chunks(
-    sender: Any, settings: Settings, sample_copy: Path, ollama_sim: OllamaSimulator,
+    sender: Any,
+    settings: Settings,
+    sample_copy: Path,
+    ollama_sim: OllamaSimulator,
     corpus: RedisCorpus,
 ) -> None:
     repo = new_repo()
@@ -80,7 +92,10 @@ def test_a_changed_file_reembeds_only_its_changed_chunks(
 
 
 def test_deleted_files_leave_both_indexes(
-    sender: Any, settings: Settings, sample_copy: Path, chroma: ChromaVectorIndex,
+    sender: Any,
+    settings: Settings,
+    sample_copy: Path,
+    chroma: ChromaVectorIndex,
     corpus: RedisCorpus,
 ) -> None:
     repo = new_repo()
@@ -96,10 +111,25 @@ def test_deleted_files_leave_both_indexes(
     assert gone not in {m[0] for m in corpus.snapshot(repo).meta}
     hits = BM25Index(corpus).search(repo, "send order confirmation email notification", 50)
     assert gone not in {h.path for h in hits}
+    assert BM25Index(corpus).defining(repo, ["EmailNotifier", "send_order_confirmation"]) == []
+
+
+def test_the_keyword_index_finds_the_code_defining_a_name(
+    sender: Any, settings: Settings, sample_copy: Path, corpus: RedisCorpus
+) -> None:
+    repo = new_repo()
+    index(sender, sample_copy, repo, settings)
+    hits = BM25Index(corpus).defining(repo, ["send_order_confirmation", "load_settings"])
+    assert [h.path for h in hits] == ["shopapp/notifications/email.py", "shopapp/config.py"]
+    assert "def send_order_confirmation" in hits[0].text
+    assert "def load_settings" in hits[1].text
 
 
 def test_binary_ignored_oversize_and_bad_utf8_files(
-    sender: Any, settings: Settings, sample_copy: Path, chroma: ChromaVectorIndex,
+    sender: Any,
+    settings: Settings,
+    sample_copy: Path,
+    chroma: ChromaVectorIndex,
 ) -> None:
     repo = new_repo()
     (sample_copy / "shopapp/blob.py").write_bytes(b"x = 1\n\x00\x01\x02binary")
@@ -113,13 +143,16 @@ def test_binary_ignored_oversize_and_bad_utf8_files(
     indexed = paths_in_chroma(chroma, repo)
     assert "build/generated.py" not in indexed  # .gitignore'd
     assert "shopapp/blob.py" not in indexed and "shopapp/huge.py" not in indexed
-    legacy = chroma._collection(repo).get(where={"path": "shopapp/locale/legacy_fr.py"},
-                                          include=["documents"])
+    legacy = chroma._collection(repo).get(
+        where={"path": "shopapp/locale/legacy_fr.py"}, include=["documents"]
+    )
     assert legacy["documents"] and "\ufffd" in "".join(legacy["documents"])
 
 
 def test_index_file_and_remove_file_tasks_for_the_watcher(
-    sender: Any, chroma: ChromaVectorIndex, corpus: RedisCorpus,
+    sender: Any,
+    chroma: ChromaVectorIndex,
+    corpus: RedisCorpus,
 ) -> None:
     repo = new_repo()
     text = "def refund(order):\n    return order.total_cents\n"
@@ -137,7 +170,10 @@ def test_index_file_and_remove_file_tasks_for_the_watcher(
 
 
 def test_missing_embed_model_fails_the_index_with_an_ollama_pull_hint(
-    sender: Any, settings: Settings, sample_copy: Path, ollama_sim: OllamaSimulator,
+    sender: Any,
+    settings: Settings,
+    sample_copy: Path,
+    ollama_sim: OllamaSimulator,
 ) -> None:
     with model_not_pulled(ollama_sim, settings.embed_model):
         report = index(sender, sample_copy, new_repo(), settings)

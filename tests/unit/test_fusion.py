@@ -6,6 +6,7 @@ import pytest
 
 from shared.domain import ChunkHit
 from shared.fusion import RRF_K, group_by_file, reciprocal_rank_fusion
+from shared.priors import PathPrior
 
 
 def hit(chunk_id: str, path: str | None = None, score: float = 0.0) -> ChunkHit:
@@ -88,7 +89,7 @@ def test_no_rankings_give_no_hits() -> None:
     assert reciprocal_rank_fusion([[], []]) == []
 
 
-def test_files_are_ranked_by_their_best_chunk() -> None:
+def test_files_score_their_best_chunks_each_counting_half_the_one_before() -> None:
     fused = [
         hit("o1", "orders.py", 0.05),
         hit("p1", "payments.py", 0.04),
@@ -98,8 +99,30 @@ def test_files_are_ranked_by_their_best_chunk() -> None:
     ]
     groups = group_by_file(fused)
     assert [c.path for c in groups] == ["orders.py", "payments.py", "users.py"]
-    assert [c.score for c in groups] == [0.05, 0.04, 0.02]
+    assert [c.score for c in groups] == pytest.approx([0.065, 0.045, 0.02])
     assert [ids(c.chunks) for c in groups] == [["o1", "o2"], ["p1", "p2"], ["u1"]]
+
+
+def test_a_file_several_chunks_point_into_beats_one_lucky_chunk() -> None:
+    fused = [
+        hit("lucky", "helpers.py", 0.030),
+        hit("a", "orders.py", 0.025),
+        hit("b", "orders.py", 0.020),
+    ]
+    assert [c.path for c in group_by_file(fused)] == ["orders.py", "helpers.py"]
+    # Only the best few count: a long file does not win by its length alone.
+    many = [hit("top", "small.py", 0.05)] + [hit(f"c{i}", "long.py", 0.02) for i in range(40)]
+    assert [c.path for c in group_by_file(many)] == ["small.py", "long.py"]
+
+
+def test_a_prior_weighs_files_by_path() -> None:
+    fused = [hit("t", "tests/test_orders.py", 0.05), hit("o", "orders.py", 0.03)]
+    prior = PathPrior(["tests/"], 0.3)
+    assert [c.path for c in group_by_file(fused, weight=prior)] == [
+        "orders.py",
+        "tests/test_orders.py",
+    ]
+    assert [c.path for c in group_by_file(fused)] == ["tests/test_orders.py", "orders.py"]
 
 
 def test_chunks_per_file_are_capped_keeping_the_best() -> None:

@@ -78,3 +78,20 @@ def test_rendered_frames_of_any_language_parse_back_the_same() -> None:
     assert [(f.module, f.function, f.file, f.line) for f in again] == [
         (f.module, f.function, f.file, f.line) for f in frames
     ]
+
+
+def test_named_symbols_are_the_code_like_names_in_order() -> None:
+    from shared.query import named_symbols
+
+    text = (
+        "units.quantity_input decorator fails for constructors -> None\n"
+        "export_text crashes; LogisticRegressionCV too; see np.Foo and __init__ and the_value"
+    )
+    assert named_symbols(text) == [
+        "quantity_input",
+        "export_text",
+        "LogisticRegressionCV",
+        "the_value",
+    ]
+    assert named_symbols("The checkout fails for Some users. Error!") == []
+    assert len(named_symbols(" ".join(f"name_{i}" for i in range(100)))) == 16

@@ -81,6 +81,7 @@ def retrieve(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             depth=ctx.settings.candidate_depth,
             rrf_k=ctx.settings.rrf_k,
             degrade=not attempts_left(self),
+            prior=ctx.prior,
         )
     except TransientError as exc:
         raise retry(self, exc) from exc
