@@ -336,6 +336,7 @@ def eval_(
         MODE_SIGNALS,
         RERANK_SUFFIX,
         EmbeddingCache,
+        calibration_lines,
         load_cases,
         make_embedder,
         render_table,
@@ -384,6 +385,7 @@ def eval_(
             depth=settings.candidate_depth,
             rrf_k=settings.rrf_k,
             prior=settings.path_prior(),
+            shown=settings.top_k,
             on_event=lambda msg: err.print(msg, highlight=False),
         )
     except PermanentError as exc:
@@ -392,6 +394,8 @@ def eval_(
     finally:
         cache.close()
     out.print(render_table(report))
+    for line in calibration_lines(report):
+        out.print(line, highlight=False)
     for skipped in report.skipped:
         err.print(f"skipped {skipped['id']}: {skipped['reason']}", highlight=False)
     if json_out:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from rank_bm25 import BM25Okapi
 
+from shared.calibration import suggest_threshold
 from shared.chunking import CHUNKER_VERSION, chunk_file, defined_names, embedding_text
 from shared.domain import Chunk, ChunkHit
 from shared.embedder import Embedder
@@ -28,7 +29,7 @@ from shared.frames import PathMapper, parse_frames
 from shared.keywords import chunks_covering, defining, symbol_table
 from shared.query import build_query
 from shared.reindex import IndexReport, collect
-from shared.reranker import Reranker, rerank_candidates
+from shared.reranker import Reranker, relevance, rerank_candidates
 from shared.retrieval import hybrid_retrieve
 from shared.tokens import tokenize
 from shared.traces import event_from_text
@@ -287,6 +288,8 @@ class EvalReport:
     summary: dict[str, dict[str, float]] = field(default_factory=dict)
     cases: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
+    # +rerank modes: the TRACEHOUND_MIN_RELEVANCE these cases suggest (shared.calibration)
+    calibration: dict[str, dict[str, float | int] | None] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -294,6 +297,7 @@ class EvalReport:
             "chunker": CHUNKER_VERSION,
             "modes": self.modes,
             "summary": self.summary,
+            "calibration": self.calibration,
             "skipped": self.skipped,
             "cases": self.cases,
         }
@@ -311,13 +315,19 @@ def run_eval(
     rrf_k: int = 60,
     query_prefix: str = "",
     prior: Callable[[str], float] | None = None,
+    shown: int = 5,
     keep_files: int = 20,
     on_event: Callable[[str], None] | None = None,
 ) -> EvalReport:
-    """Every case's ranked files per mode; cases are grouped so each corpus is indexed once."""
+    """Every case's ranked files per mode; cases are grouped so each corpus is indexed once.
+
+    With a reranker, each +rerank mode also suggests a minimum relevance: the best rerank
+    score that separates cases whose first ``shown`` files hold the fix from those that do not.
+    """
     say = on_event or (lambda _msg: None)
     report = EvalReport(embedder=embedder.model, modes=list(modes))
     ranked_by_mode: dict[str, list[tuple[list[str], tuple[str, ...]]]] = {m: [] for m in modes}
+    relevance_by_mode: dict[str, list[tuple[float, bool]]] = {}
     by_corpus: dict[str, list[Case]] = {}
     for case in cases:
         by_corpus.setdefault(case.corpus, []).append(case)
@@ -381,8 +391,16 @@ def run_eval(
                     "recall@5": recall_at(ranked, case.gold, 5),
                     "rr": reciprocal_rank(ranked, case.gold),
                 }
+                best = candidates[0].rerank_score if candidates else None
+                if best is not None:
+                    held = recall_at(ranked, case.gold, shown) > 0
+                    relevance_by_mode.setdefault(mode, []).append((relevance(best), held))
+                    row["modes"][mode]["best_relevance"] = relevance(best)
             report.cases.append(row)
     report.summary = {m: summarize(ranked_by_mode[m]) for m in modes}
+    for mode, points in relevance_by_mode.items():
+        suggested = suggest_threshold(points)
+        report.calibration[mode] = suggested.to_json() if suggested else None
     return report
 
 
@@ -426,3 +444,18 @@ def render_table(report: EvalReport) -> Any:
             mode, *(f"{s.get(f'recall@{k}', 0.0):.3f}" for k in KS), f"{s.get('mrr', 0.0):.3f}"
         )
     return table
+
+
+def calibration_lines(report: EvalReport) -> list[str]:
+    """One line per +rerank mode: the TRACEHOUND_MIN_RELEVANCE its cases suggest."""
+    lines = []
+    for mode, c in report.calibration.items():
+        if c is None:
+            lines.append(f"{mode}: no threshold suggested (every case hit, or every case missed)")
+            continue
+        lines.append(
+            f"{mode}: TRACEHOUND_MIN_RELEVANCE={c['threshold']:.3f} flags "
+            f"{c['misses_flagged']:.0%} of the {c['misses']} cases whose shown files miss the "
+            f"fix and {c['hits_flagged']:.0%} of the {c['hits']} that hold it"
+        )
+    return lines

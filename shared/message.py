@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from shared.domain import Analysis, Investigation
+from shared.reranker import relevance
 
 SECTION_MAX = 3000  # Slack's limit for a section's text
 MAX_BLOCKS = 50
@@ -65,20 +65,13 @@ class MessageOptions:
     trace_in_thread: bool = False  # the trace goes to a thread reply, not the main body
 
 
-def _relevance(score: float) -> float:
-    """Rerank scores in 0..1: servers that return logits (llama.cpp) are squashed."""
-    if 0.0 <= score <= 1.0:
-        return score
-    return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, score))))
-
-
 def is_weak(inv: Investigation, min_relevance: float) -> bool:
     """No code, or the best reranked file scores below the threshold: not worth presenting
     as the cause."""
     if not inv.candidates:
         return True
     best = inv.candidates[0].rerank_score
-    return best is not None and _relevance(best) < min_relevance
+    return best is not None and relevance(best) < min_relevance
 
 
 def _link(path: str, start: int, end: int, repo: str, template: str | None) -> str:

@@ -8,6 +8,7 @@ llama.cpp ``llama-server --reranking``, vLLM, Jina and Cohere-compatible APIs sh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -100,6 +101,13 @@ def candidate_document(candidate: Candidate) -> str:
     """What the cross-encoder reads for a file: its path and its best chunks."""
     body = "\n...\n".join(c.text for c in candidate.chunks)
     return f"{candidate.path}\n{body}"
+
+
+def relevance(score: float) -> float:
+    """Rerank scores in 0..1: servers that return logits (llama.cpp) are squashed."""
+    if 0.0 <= score <= 1.0:
+        return score
+    return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, score))))
 
 
 def rerank_candidates(

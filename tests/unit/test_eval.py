@@ -179,3 +179,54 @@ def test_cli_eval_writes_a_table_and_json(tmp_path: Path, corpora: Path) -> None
     assert data["modes"] == ["bm25", "hybrid+frames"]
     assert [c["id"] for c in data["cases"]] == ["t-1", "t-2"]
     assert data["skipped"][0]["id"] == "t-3"
+
+
+def test_threshold_separates_misses_from_hits() -> None:
+    from shared.calibration import flagged_shares, suggest_threshold
+
+    points = [(0.9, True), (0.8, True), (0.7, True), (0.35, True), (0.3, False), (0.1, False)]
+    c = suggest_threshold(points)
+    assert c is not None and 0.3 < c.threshold < 0.35
+    assert (c.misses_flagged, c.hits_flagged) == (1.0, 0.0)
+    assert flagged_shares(points, 0.75) == (1.0, 0.5)
+    # overlapping scores: the best trade-off, never a threshold sitting on a case's score
+    mixed = [(0.9, True), (0.6, False), (0.5, True), (0.4, True), (0.2, False)]
+    m = suggest_threshold(mixed)
+    assert m is not None and m.threshold not in {s for s, _ in mixed}
+    assert m.misses_flagged - m.hits_flagged == pytest.approx(0.5 - 0.0)
+    assert suggest_threshold([(0.9, True), (0.2, True)]) is None  # nothing missed: no evidence
+
+
+def test_eval_with_a_rerank_server_suggests_a_min_relevance(tmp_path: Path, corpora: Path) -> None:
+    from shared.calibration import flagged_shares
+    from shared.reranker import HttpReranker
+    from shared.simulators.ollama import OllamaSimulator
+
+    cases = [
+        Case("t-1", "shop-1.0", TRACE, ("shop/pricing.py",)),
+        Case("t-2", "shop-1.0", "KeyError: 'sku' in reserve stock", ("shop/inventory.py",)),
+        # labelled with a file the text says nothing about: the shown file misses it
+        Case("t-3", "shop-1.0", "tax amount is wrong for exempt items", ("shop/inventory.py",)),
+    ]
+    with OllamaSimulator() as sim:
+        reranker = HttpReranker("tei", sim.url, "reranker")
+        report = run_eval(
+            cases,
+            corpora,
+            embedder=SimulatorEmbedder(),
+            modes=["all", "all+rerank"],
+            reranker=reranker,
+            shown=1,
+        )
+    assert set(report.calibration) == {"all+rerank"}
+    c = report.calibration["all+rerank"]
+    rows = [row["modes"]["all+rerank"] for row in report.cases]
+    held = [row["files"][0] in case.gold for row, case in zip(rows, cases, strict=True)]
+    assert held[2] is False  # t-3's label cannot be found
+    assert c is not None and (c["hits"], c["misses"]) == (sum(held), 3 - sum(held))
+    points = [(row["best_relevance"], h) for row, h in zip(rows, held, strict=True)]
+    assert all(0 <= s <= 1 for s, _ in points)
+    assert flagged_shares(points, float(c["threshold"])) == pytest.approx(
+        (c["misses_flagged"], c["hits_flagged"]), abs=1e-3
+    )
+    assert "best_relevance" not in report.cases[0]["modes"]["all"]
