@@ -52,7 +52,15 @@ from shared.errors import PermanentError
 from shared.pipeline import sender_app
 from shared.reindex import batches
 from shared.settings import Settings
-from shared.sources import ALWAYS_SKIP_DIRS, Skipped, SourceFile, gitignore_spec, read_source, walk
+from shared.sources import (
+    ALWAYS_SKIP_DIRS,
+    Skipped,
+    SourceFile,
+    gitignore_spec,
+    in_build_output,
+    read_source,
+    walk,
+)
 
 log = logging.getLogger(__name__)
 
@@ -389,7 +397,7 @@ class Watcher:
         return Path(rel).as_posix()
 
     def selected(self, rel: str) -> bool:
-        """Whether ``rel`` is a file tracehound indexes (by its path alone)."""
+        """Whether ``rel`` is a file tracehound indexes (by its path, and no build output)."""
         parts = rel.split("/")
         if any(p in ALWAYS_SKIP_DIRS for p in parts[:-1]) or language_of(rel) is None:
             return False
@@ -398,7 +406,9 @@ class Watcher:
         if self.exclude is not None and self.exclude.match_file(rel):
             return False
         dirs = ["/".join(parts[: i + 1]) + "/" for i in range(len(parts) - 1)]
-        return not any(self._spec.match_file(p) for p in [*dirs, rel])
+        if any(self._spec.match_file(p) for p in [*dirs, rel]):
+            return False
+        return not in_build_output(self.root, rel)
 
     # --- events ----------------------------------------------------------------------------
 

@@ -107,6 +107,17 @@ def gitignore_spec(root: Path) -> pathspec.PathSpec:
     return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
+def in_build_output(root: Path, rel: str) -> bool:
+    """Whether ``rel`` lies in a build output directory (one holding a marker such as Sphinx's
+    ``.buildinfo``), which :func:`walk` leaves out."""
+    parts = rel.split("/")[:-1]
+    for i in range(len(parts), 0, -1):
+        folder = root.joinpath(*parts[:i])
+        if any((folder / marker).is_file() for marker in BUILD_OUTPUT_MARKERS):
+            return True
+    return False
+
+
 def walk(root: Path) -> Iterator[str]:
     """Repo-relative paths of candidate files: .gitignore honoured, links not followed, build
     output directories left out."""

@@ -76,7 +76,7 @@ def test_read_source_skips_generated_files_with_the_reason(tmp_path: Path) -> No
 
 
 def test_walk_leaves_out_a_sphinx_build_directory(tmp_path: Path) -> None:
-    from shared.sources import walk
+    from shared.sources import in_build_output, walk
 
     out = tmp_path / "doc" / "_build" / "html"
     (out / "_sources").mkdir(parents=True)
@@ -85,3 +85,8 @@ def test_walk_leaves_out_a_sphinx_build_directory(tmp_path: Path) -> None:
     (out / "_sources" / "index.rst.txt").write_text("Title\n=====\n")
     (tmp_path / "doc" / "index.rst").write_text("Title\n=====\n")
     assert list(walk(tmp_path)) == ["doc/index.rst"]
+    # the watcher asks per path: the same answer for files it hears about one by one
+    assert in_build_output(tmp_path, "doc/_build/html/_sources/index.rst.txt")
+    assert in_build_output(tmp_path, "doc/_build/html/index.html")
+    assert not in_build_output(tmp_path, "doc/index.rst")
+    assert not in_build_output(tmp_path, "app.py")
