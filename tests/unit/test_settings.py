@@ -171,3 +171,17 @@ def test_an_invalid_setting_never_prints_the_secret_it_rejected() -> None:
     assert done.returncode == 2
     assert "TRACEHOUND_SLACK_CHANNEL" in done.stderr
     assert "secret-token" not in done.stderr + done.stdout
+
+
+def test_the_path_prior_is_configured_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert Settings().path_prior()("tests/test_app.py") == pytest.approx(0.3)
+    monkeypatch.setenv("TRACEHOUND_DEMOTE_PATHS", '["qa/", "*.feature"]')
+    monkeypatch.setenv("TRACEHOUND_DEMOTE_WEIGHT", "0.5")
+    prior = Settings().path_prior()
+    assert prior("qa/login_check.py") == prior("features/pay.feature") == 0.5
+    assert prior("tests/test_app.py") == prior("app/orders.py") == 1.0
+    monkeypatch.setenv("TRACEHOUND_DEMOTE_WEIGHT", "2")
+    with pytest.raises(ValueError, match="demote_weight"):
+        Settings()
