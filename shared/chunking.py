@@ -285,6 +285,11 @@ _DEFINITION = re.compile(
 )
 
 
+def names_defined_in(text: str) -> list[str]:
+    """The names that ``def``/``class``/``func``/``function``… lines in ``text`` define."""
+    return list(dict.fromkeys(m.group(1) for m in _DEFINITION.finditer(text)))
+
+
 def defined_names(chunk: Chunk) -> list[str]:
     """Every name the chunk defines: its symbol's parts and the definitions in its text.
 
@@ -292,5 +297,4 @@ def defined_names(chunk: Chunk) -> list[str]:
     and nested functions are named here too, so a message naming a method finds it.
     """
     names = [q.rsplit(".", 1)[-1] for q in chunk.symbol.split(", ")] if chunk.symbol else []
-    names.extend(m.group(1) for m in _DEFINITION.finditer(chunk.text))
-    return list(dict.fromkeys(names))
+    return list(dict.fromkeys([*names, *names_defined_in(chunk.text)]))

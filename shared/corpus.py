@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import redis
 
-from shared.chunking import defined_names
+from shared.chunking import defined_names, names_defined_in
 from shared.domain import Chunk, ChunkHit
 from shared.tokens import tokenize
 
@@ -111,12 +111,19 @@ class RedisCorpus:
         pipe.hgetall(self._key(repo, "docs"))
         version, docs = pipe.execute()
         ids, meta, tokens, names = [], [], [], []
+        unnamed: list[int] = []
         for cid, raw in docs.items():
             d = json.loads(raw)
             ids.append(cid.decode() if isinstance(cid, bytes) else cid)
             meta.append((d["p"], int(d["s"]), int(d["e"])))
             tokens.append(d["t"].split())
-            names.append(d.get("y", "").split())  # "" in documents indexed before names were kept
+            names.append(d["y"].split() if "y" in d else [])
+            if "y" not in d:
+                unnamed.append(len(ids) - 1)
+        if unnamed:  # indexed before names were kept: read them off the stored text
+            texts = self.texts(repo, [ids[i] for i in unnamed])
+            for i, text in zip(unnamed, texts, strict=True):
+                names[i] = names_defined_in(text)
         return CorpusSnapshot(int(version or 0), ids, meta, tokens, names)
 
     def hits(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,25 @@ def test_the_keyword_index_finds_the_code_defining_a_name(
     assert [h.path for h in hits] == ["shopapp/notifications/email.py", "shopapp/config.py"]
     assert "def send_order_confirmation" in hits[0].text
     assert "def load_settings" in hits[1].text
+
+
+def test_a_corpus_indexed_before_names_were_kept_still_finds_them(
+    sender: Any,
+    settings: Settings,
+    sample_copy: Path,
+    corpus: RedisCorpus,
+    redis_client: redis.Redis,
+) -> None:
+    repo = new_repo()
+    index(sender, sample_copy, repo, settings)
+    docs_key = f"th:corpus:{repo}:docs"
+    for cid, raw in redis_client.hgetall(docs_key).items():
+        old = json.loads(raw)
+        del old["y"]  # the document layout before this field existed
+        redis_client.hset(docs_key, cid, json.dumps(old))
+    redis_client.incr(f"th:corpus:{repo}:version")
+    hits = BM25Index(corpus).defining(repo, ["send_order_confirmation"])
+    assert [h.path for h in hits] == ["shopapp/notifications/email.py"]
 
 
 def test_binary_ignored_oversize_and_bad_utf8_files(
