@@ -163,6 +163,7 @@ class SlackSimulator(LoopbackSimulator):
         self._latency = 0.0
         self._rate_limit_remaining = 0
         self._retry_after = 1
+        self._rate_limit_top_level_only = False
         self._faults: dict[str, _Fault] = {}
         self._messages: list[dict[str, Any]] = []
         self._ts_counter = 0
@@ -215,15 +216,17 @@ class SlackSimulator(LoopbackSimulator):
                 "latency": self._latency,
             }
 
-    def rate_limit(self, times: int, retry_after: int = 1) -> None:
+    def rate_limit(self, times: int, retry_after: int = 1, *, top_level_only: bool = False) -> None:
         """The next ``times`` chat.postMessage / webhook calls answer HTTP 429 with
         ``Retry-After`` and ``{"ok": false, "error": "ratelimited"}`` (``times=-1``: until
-        :meth:`reset_faults`); nothing is stored."""
+        :meth:`reset_faults`); nothing is stored. ``top_level_only``: thread replies
+        (``thread_ts`` set) pass, so a test can aim the 429 at a new message."""
         if times < -1:
             raise ValueError("times must be >= 0, or -1 for forever")
         with self._lock:
             self._rate_limit_remaining = int(times)
             self._retry_after = int(retry_after)
+            self._rate_limit_top_level_only = top_level_only
 
     def fail(
         self,
@@ -329,9 +332,10 @@ class SlackSimulator(LoopbackSimulator):
             else:
                 h.send_json(reply.status, reply.payload, reply.headers)
 
-    def _take(self, api_method: str) -> _Reply | None:
+    def _take(self, api_method: str, args: dict[str, Any]) -> _Reply | None:
         """A rate-limit or injected failure for this call, if one is pending (lock held)."""
-        if api_method in RATE_LIMITED_METHODS and self._rate_limit_remaining != 0:
+        limited = not (self._rate_limit_top_level_only and args.get("thread_ts"))
+        if api_method in RATE_LIMITED_METHODS and self._rate_limit_remaining != 0 and limited:
             if self._rate_limit_remaining > 0:
                 self._rate_limit_remaining -= 1
             return _Reply(
@@ -359,7 +363,7 @@ class SlackSimulator(LoopbackSimulator):
         if api_method is None:
             return _Reply(404, "not_found", {})
         with self._lock:
-            injected = self._take(api_method)
+            injected = self._take(api_method, args)
         if injected is not None:
             return injected
         if api_method == WEBHOOK:
@@ -570,7 +574,11 @@ class SlackSimulator(LoopbackSimulator):
                     self.reset_faults()
                 self.configure(**options)
                 if rate is not None:
-                    self.rate_limit(int(rate["times"]), int(rate.get("retry_after", 1)))
+                    self.rate_limit(
+                        int(rate["times"]),
+                        int(rate.get("retry_after", 1)),
+                        top_level_only=bool(rate.get("top_level_only", False)),
+                    )
                 for item in faults if isinstance(faults, list) else [faults] if faults else []:
                     self.fail(
                         str(item["method"]),

@@ -134,7 +134,9 @@ def test_slack_429_then_200_posts_exactly_one_message(
     slack_sim: SlackSimulator,
 ) -> None:
     slack_sim.clear_log()
-    slack_sim.rate_limit(1, retry_after=1)
+    # Aimed at the new message: a late thread reply of an earlier test (a group's repeat
+    # update) must not take the 429 in its place.
+    slack_sim.rate_limit(1, retry_after=1, top_level_only=True)
 
     result = run()
 

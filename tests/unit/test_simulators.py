@@ -565,6 +565,19 @@ def test_rate_limit_then_success(slack: SlackSimulator) -> None:
     assert [e["status"] for e in slack.requests] == [429, 200]
 
 
+def test_rate_limit_aimed_at_top_level_messages_lets_thread_replies_pass(
+    slack: SlackSimulator,
+) -> None:
+    slack.rate_limit(1, top_level_only=True)
+    client = _web(slack)
+    assert client.chat_postMessage(channel="C1", text="reply", thread_ts="1.000100")["ok"]
+    with pytest.raises(SlackApiError) as info:
+        client.chat_postMessage(channel="C1", text="new message")
+    assert info.value.response.status_code == 429
+    assert client.chat_postMessage(channel="C1", text="new message")["ok"]
+    assert [e["status"] for e in slack.requests] == [200, 429, 200]
+
+
 def test_chat_update(slack: SlackSimulator) -> None:
     client = _web(slack)
     posted = client.chat_postMessage(channel="C1", text="analysing…")
