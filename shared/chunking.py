@@ -1,20 +1,21 @@
 """Source files cut into line-ranged chunks with the metadata both indexes store.
 
-Python follows the code's own structure (``ast``): a function, a method or a small class is one
-chunk, named by its qualified symbol. Other languages, and Python that does not parse, are cut
-into line windows that overlap.
+Python, Java, JavaScript, TypeScript and Go follow the code's own structure
+(:mod:`shared.syntax`): a function, a method or a small class is one chunk, named by its
+qualified symbol. Other languages, and files that do not parse, are cut into line windows that
+overlap.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import re
-import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from shared.domain import Chunk
+from shared.syntax import Definition, definitions
 
 LANGUAGES: dict[str, str] = {
     ".py": "python",
@@ -127,15 +128,6 @@ class Span:
     symbol: str = ""
 
 
-_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-
-
-def _node_start(node: ast.stmt) -> int:
-    """0-based first line of a definition, decorators included."""
-    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-    return first - 1
-
-
 def _windows(
     start: int, end: int, lines: list[str], symbol: str, size: int, overlap: int
 ) -> list[Span]:
@@ -146,8 +138,8 @@ def _windows(
     ]
 
 
-def _python_spans(
-    body: list[ast.stmt],
+def _structured_spans(
+    defs: Sequence[Definition],
     start: int,
     end: int,
     lines: list[str],
@@ -158,23 +150,25 @@ def _python_spans(
     """Spans partitioning [start, end): one per definition, windows for the code between."""
     pieces: list[Span] = []
     cursor = start
-    for node in body:
-        if not isinstance(node, _DEFS):
+    for d in defs:
+        node_start = max(d.start, cursor)
+        node_end = min(d.end, end)
+        if node_end <= node_start:
             continue
-        node_start = max(_node_start(node), cursor)
-        node_end = min(node.end_lineno or node.lineno, end)
         if node_start > cursor:
             pieces.extend(_windows(cursor, node_start, lines, prefix.rstrip("."), size, overlap))
-        symbol = prefix + node.name
+        symbol = prefix + d.name
         length = node_end - node_start
-        if length <= size or not isinstance(node, ast.ClassDef):
+        if length <= size or d.members is None:
             if length <= size + size // 2:
                 pieces.append(Span(node_start, node_end, symbol))
             else:  # a long function: windows, all named after it
                 pieces.extend(_windows(node_start, node_end, lines, symbol, size, overlap))
-        else:  # a big class: its header and attributes, then each method on its own
+        else:  # a big class: its header and attributes, then each member on its own
             pieces.extend(
-                _python_spans(node.body, node_start, node_end, lines, symbol + ".", size, overlap)
+                _structured_spans(
+                    d.members, node_start, node_end, lines, symbol + ".", size, overlap
+                )
             )
         cursor = max(cursor, node_end)
     if cursor < end:
@@ -202,25 +196,14 @@ def _merge_small(pieces: list[Span], limit: int) -> list[Span]:
     return merged
 
 
-def python_spans(text: str, lines: list[str], *, size: int, overlap: int) -> list[Span] | None:
-    """Chunk spans following Python's structure, or None when the text does not parse."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # invalid escape sequences in old code, etc.
-            tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-    return _python_spans(tree.body, 0, len(lines), lines, "", size, overlap)
-
-
 def spans_of(
     path: str, text: str, lines: list[str], *, size: int, overlap: int
 ) -> tuple[list[Span], bool]:
     """The file's chunk spans, and whether they follow its structure (else line windows)."""
-    if language_of(path) == "python":
-        spans = python_spans(text, lines, size=size, overlap=overlap)
-        if spans is not None:
-            return spans, True
+    language = language_of(path)
+    defs = definitions(language, path, text) if language else None
+    if defs is not None:
+        return _structured_spans(defs, 0, len(lines), lines, "", size, overlap), True
     windows = split_lines(len(lines), lines, size=size, overlap=overlap)
     return [Span(a, b) for a, b in windows], False
 
