@@ -397,7 +397,12 @@ class Watcher:
         return Path(rel).as_posix()
 
     def selected(self, rel: str) -> bool:
-        """Whether ``rel`` is a file tracehound indexes (by its path, and no build output)."""
+        """Whether ``rel``, heard of by an event, is a file tracehound indexes: its path is
+        selected and it is no build output (which :func:`walk` already leaves out)."""
+        return self.path_selected(rel) and not in_build_output(self.root, rel)
+
+    def path_selected(self, rel: str) -> bool:
+        """Whether ``rel`` is selected by its path alone: languages, globs, .gitignore."""
         parts = rel.split("/")
         if any(p in ALWAYS_SKIP_DIRS for p in parts[:-1]) or language_of(rel) is None:
             return False
@@ -406,9 +411,7 @@ class Watcher:
         if self.exclude is not None and self.exclude.match_file(rel):
             return False
         dirs = ["/".join(parts[: i + 1]) + "/" for i in range(len(parts) - 1)]
-        if any(self._spec.match_file(p) for p in [*dirs, rel]):
-            return False
-        return not in_build_output(self.root, rel)
+        return not any(self._spec.match_file(p) for p in [*dirs, rel])
 
     # --- events ----------------------------------------------------------------------------
 
@@ -593,7 +596,7 @@ class Watcher:
         live: set[str] = set()
         to_index: list[tuple[SourceFile, _Local]] = []
         for rel in walk(self.root):
-            if not self.selected(rel):
+            if not self.path_selected(rel):  # walk() left build output out already
                 continue
             text, local = self._read(rel)
             if isinstance(local, Skipped):

@@ -394,8 +394,9 @@ def run_eval(
                 best = candidates[0].rerank_score if candidates else None
                 if best is not None:
                     held = recall_at(ranked, case.gold, shown) > 0
-                    relevance_by_mode.setdefault(mode, []).append((relevance(best), held))
-                    row["modes"][mode]["best_relevance"] = relevance(best)
+                    score = relevance(best)
+                    relevance_by_mode.setdefault(mode, []).append((score, held))
+                    row["modes"][mode]["best_relevance"] = score
             report.cases.append(row)
     report.summary = {m: summarize(ranked_by_mode[m]) for m in modes}
     for mode, points in relevance_by_mode.items():
