@@ -72,5 +72,3 @@ class PathPrior:
             w = self._known[path] = self.weight if self._spec.match_file(path) else 1.0
         return w
 
-
-NEUTRAL = PathPrior((), 1.0)
