@@ -30,7 +30,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.localstack import start_ingest, start_redis  # noqa: E402
+from shared.devtools.localstack import start_ingest, start_redis  # noqa: E402
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 TOKEN = "bench"
@@ -112,8 +112,8 @@ def main() -> int:
         n_lines, n_errors = make_log(log, args.tail_mb)
         mb = log.stat().st_size / (1 << 20)
         secs_parse, events_parse = tail_file(log, Path(tmp) / "s1.json", lambda e: None)
-        from shared.pipeline import enqueue_error, sender_app
-        from shared.settings import Settings
+        from shared.core.pipeline import enqueue_error, sender_app
+        from shared.core.settings import Settings
 
         app = sender_app(Settings(redis_url=redis_url))
         secs_full, events_full = tail_file(log, Path(tmp) / "s2.json",

@@ -23,13 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.localstack import LocalStack  # noqa: E402
-from shared.pipeline import enqueue_error, sender_app  # noqa: E402
-from shared.reindex import index_repository  # noqa: E402
-from shared.settings import Settings  # noqa: E402
-from shared.simulators.ollama import OllamaSimulator  # noqa: E402
-from shared.simulators.slack import SlackSimulator  # noqa: E402
-from shared.traces import parse_error_input  # noqa: E402
+from shared.core.pipeline import enqueue_error, sender_app  # noqa: E402
+from shared.core.settings import Settings  # noqa: E402
+from shared.devtools.localstack import LocalStack  # noqa: E402
+from shared.devtools.simulators.ollama import OllamaSimulator  # noqa: E402
+from shared.devtools.simulators.slack import SlackSimulator  # noqa: E402
+from shared.index.reindex import index_repository  # noqa: E402
+from shared.intake.events import parse_error_input  # noqa: E402
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 

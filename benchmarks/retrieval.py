@@ -20,7 +20,7 @@ CASES = HERE.parent.parent / "shared" / "bench" / "cases-dev.jsonl"
 
 
 def main() -> int:
-    from shared.st_embedder import available
+    from shared.devtools.st_embedder import available
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpora", nargs="?", default=str(Path.home() / "tracehound-corpora"))
@@ -59,7 +59,7 @@ def main() -> int:
         argv += ["--limit", str(args.limit)]
     if args.modes:
         argv += ["--modes", args.modes]
-    from shared.cli import cli
+    from producers.cli import cli
 
     cli(argv, standalone_mode=False)
     return 0

@@ -22,11 +22,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from shared.domain import ErrorEvent
-from shared.errors import PermanentError
-from shared.intake import Intake, Submitted
-from shared.settings import Settings
-from shared.traces import STACK_FIELDS, event_from_json
+from shared.core.domain import ErrorEvent
+from shared.core.errors import PermanentError
+from shared.core.settings import Settings
+from shared.intake.events import STACK_FIELDS, event_from_json
+from shared.intake.submit import Intake, Submitted
 
 log = logging.getLogger(__name__)
 
@@ -239,8 +239,8 @@ def serve(settings: Settings, *, host: str, port: int, service: str | None) -> N
     """Run the ingest server in the foreground (``tracehound ingest``)."""
     import uvicorn
 
-    from shared.intake import intake_for
-    from shared.pipeline import sender_app
+    from shared.core.pipeline import sender_app
+    from shared.intake.submit import intake_for
 
     token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
     if token is None and host not in ("127.0.0.1", "localhost", "::1"):

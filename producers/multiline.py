@@ -23,9 +23,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from shared.domain import ErrorEvent
-from shared.errors import PermanentError
-from shared.traces import (
+from shared.core.domain import ErrorEvent
+from shared.core.errors import PermanentError
+from shared.intake.events import (
     MESSAGE_FIELDS,
     STACK_FIELDS,
     event_from_json,

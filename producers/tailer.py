@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from producers.multiline import Grouper, Record, to_event
-from shared.domain import ErrorEvent
-from shared.settings import Settings
+from shared.core.domain import ErrorEvent
+from shared.core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -318,8 +318,8 @@ def run(
     stop: threading.Event | None = None,
 ) -> None:
     """Follow ``patterns`` until SIGINT/SIGTERM (``tracehound tail``)."""
-    from shared.intake import intake_for
-    from shared.pipeline import sender_app
+    from shared.core.pipeline import sender_app
+    from shared.intake.submit import intake_for
 
     app = sender_app(settings)
     intake = intake_for(settings, app)

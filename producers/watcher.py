@@ -45,14 +45,14 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserverVFS
 
-from shared import queues
-from shared.chunking import chunk_file, language_of
-from shared.corpus import RedisCorpus
-from shared.errors import PermanentError
-from shared.pipeline import sender_app
-from shared.reindex import batches
-from shared.settings import Settings
-from shared.sources import (
+from shared.core import queues
+from shared.core.errors import PermanentError
+from shared.core.pipeline import sender_app
+from shared.core.settings import Settings
+from shared.index.chunking import chunk_file, language_of
+from shared.index.corpus import RedisCorpus
+from shared.index.reindex import batches
+from shared.index.sources import (
     ALWAYS_SKIP_DIRS,
     Skipped,
     SourceFile,

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from shared.localstack import LocalStack, free_port
-from shared.pipeline import sender_app
-from shared.settings import Settings
-from shared.simulators.ollama import OllamaSimulator
-from shared.simulators.slack import SlackSimulator
+from shared.core.pipeline import sender_app
+from shared.core.settings import Settings
+from shared.devtools.localstack import LocalStack, free_port
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.devtools.simulators.slack import SlackSimulator
 
 DATA = Path(__file__).parent / "data"
 SAMPLE_SERVICE = DATA / "sample-service"

@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import Celery
 
-from shared import queues
+from shared.core import queues
 from workers import context, metrics  # noqa: F401  (metrics connects its signal handlers)
 
 app = Celery(

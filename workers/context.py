@@ -8,12 +8,15 @@ from typing import Any
 import redis
 from celery.signals import task_postrun, worker_process_init, worker_process_shutdown
 
-from shared import queues
-from shared.analysis import ChatModel, OllamaChat
-from shared.corpus import RedisCorpus
-from shared.embedder import Embedder, OllamaEmbedder
-from shared.groups import GroupStore
-from shared.hosts import (
+from shared.analyze.llm import ChatModel, OllamaChat
+from shared.core import queues
+from shared.core.settings import Settings
+from shared.index.corpus import RedisCorpus
+from shared.index.vectors import ChromaVectorIndex
+from shared.intake.groups import GroupStore
+from shared.intake.redact import Redactor
+from shared.models.embedder import Embedder, OllamaEmbedder
+from shared.models.hosts import (
     PRIORITY_BULK,
     PRIORITY_CHAIN,
     PRIORITY_QUERY,
@@ -21,15 +24,17 @@ from shared.hosts import (
     host_id,
     unload_ollama_model,
 )
-from shared.keywords import BM25Index
-from shared.notifiers import ConsoleNotifier, Notifier, SlackBotNotifier, SlackWebhookNotifier
-from shared.priors import PathPrior
-from shared.redact import Redactor
-from shared.reranker import HttpReranker, Reranker
-from shared.settings import Settings
-from shared.vectors import ChromaVectorIndex
+from shared.models.leased import LeasedChat, LeasedEmbedder, LeasedReranker
+from shared.models.reranker import HttpReranker, Reranker
+from shared.notify.notifiers import (
+    ConsoleNotifier,
+    Notifier,
+    SlackBotNotifier,
+    SlackWebhookNotifier,
+)
+from shared.retrieve.keywords import BM25Index
+from shared.retrieve.priors import PathPrior
 from workers import metrics
-from workers.leased import LeasedChat, LeasedEmbedder, LeasedReranker
 
 
 class Clients:

@@ -24,7 +24,7 @@ from celery.signals import (
     worker_process_shutdown,
 )
 
-from shared.pipeline import SENT_AT, stamp_sent_at
+from shared.core.pipeline import SENT_AT, stamp_sent_at
 
 before_task_publish.connect(stamp_sent_at, dispatch_uid="tracehound-sent-at")
 

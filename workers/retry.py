@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.errors import TransientError
+from shared.core.errors import TransientError
 from workers import context
 
 

@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from shared.localstack import LocalStack, spawn, tracehound_executable
-from shared.pipeline import sender_app
-from shared.settings import Settings
+from shared.core.pipeline import sender_app
+from shared.core.settings import Settings
+from shared.devtools.localstack import LocalStack, spawn, tracehound_executable
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration

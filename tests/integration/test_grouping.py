@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.localstack import LocalStack, Proc, start_ingest, wait_until
-from shared.simulators.ollama import OllamaSimulator
-from shared.simulators.slack import SlackSimulator
+from shared.devtools.localstack import LocalStack, Proc, start_ingest, wait_until
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.devtools.simulators.slack import SlackSimulator
 from tests.conftest import DATA
 
 pytestmark = pytest.mark.integration
@@ -180,7 +180,7 @@ def test_group_counting_is_atomic_under_concurrency_and_windows_roll(
 ) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from shared.groups import GroupStore
+    from shared.intake.groups import GroupStore
 
     store = GroupStore(redis_client, window_s=1.0)
     fp = f"v1:test-{uuid.uuid4().hex}"
@@ -199,7 +199,7 @@ def test_group_counting_is_atomic_under_concurrency_and_windows_roll(
 def test_a_producer_dying_between_counting_and_enqueueing_loses_nothing(
     redis_client: Any,
 ) -> None:
-    from shared.groups import GroupStore
+    from shared.intake.groups import GroupStore
 
     store = GroupStore(redis_client, window_s=60.0)
     fp = f"v1:test-{uuid.uuid4().hex}"

@@ -16,8 +16,14 @@ from typing import Any
 import pytest
 import redis
 
-from shared.errors import TransientError
-from shared.hosts import (
+from shared.core.errors import TransientError
+from shared.core.pipeline import enqueue_error, enqueue_file
+from shared.core.settings import Settings
+from shared.devtools.localstack import LocalStack, tracehound_executable, wait_until
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.index.reindex import index_repository
+from shared.intake.events import parse_error_input
+from shared.models.hosts import (
     PRIORITY_BULK,
     PRIORITY_QUERY,
     HostLease,
@@ -25,12 +31,6 @@ from shared.hosts import (
     LeaseLost,
     host_status,
 )
-from shared.localstack import LocalStack, tracehound_executable, wait_until
-from shared.pipeline import enqueue_error, enqueue_file
-from shared.reindex import index_repository
-from shared.settings import Settings
-from shared.simulators.ollama import OllamaSimulator
-from shared.traces import parse_error_input
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration
@@ -79,7 +79,7 @@ def test_a_lease_recovers_after_sigkill_of_its_holder(
             "-c",
             textwrap.dedent(f"""
         import time, redis
-        from shared.hosts import HostSession
+        from shared.models.hosts import HostSession
         r = redis.Redis.from_url({settings.redis_url!r})
         s = HostSession(r, {host!r}, ttl=1.0)
         s.call("m1", "http://x", "rerank", 0, lambda: print("holding", flush=True)

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import redis
 
-from shared.corpus import RedisCorpus
-from shared.keywords import BM25Index
-from shared.pipeline import enqueue_file, enqueue_remove
-from shared.reindex import index_repository
-from shared.settings import Settings
-from shared.simulators.ollama import OllamaSimulator
-from shared.vectors import ChromaVectorIndex
+from shared.core.pipeline import enqueue_file, enqueue_remove
+from shared.core.settings import Settings
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.index.corpus import RedisCorpus
+from shared.index.reindex import index_repository
+from shared.index.vectors import ChromaVectorIndex
+from shared.retrieve.keywords import BM25Index
 from tests.conftest import model_not_pulled
 
 pytestmark = pytest.mark.integration

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.localstack import LocalStack, start_ingest
-from shared.simulators.slack import SlackSimulator
+from shared.devtools.localstack import LocalStack, start_ingest
+from shared.devtools.simulators.slack import SlackSimulator
 from tests.conftest import DATA
 
 pytestmark = pytest.mark.integration

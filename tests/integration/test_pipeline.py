@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from shared.localstack import LocalStack, wait_until
-from shared.pipeline import enqueue_error
-from shared.reindex import index_repository
-from shared.settings import Settings
-from shared.simulators.ollama import OllamaSimulator
-from shared.simulators.slack import SlackSimulator
-from shared.traces import parse_error_input
+from shared.core.pipeline import enqueue_error
+from shared.core.settings import Settings
+from shared.devtools.localstack import LocalStack, wait_until
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.devtools.simulators.slack import SlackSimulator
+from shared.index.reindex import index_repository
+from shared.intake.events import parse_error_input
 from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL, model_not_pulled
 
 pytestmark = pytest.mark.integration
@@ -220,7 +220,7 @@ def test_chroma_down_retries_then_says_vector_search_failed(
 def stack_restart_chroma(stack: LocalStack) -> bool:
     import httpx
 
-    from shared.localstack import chroma_executable, spawn, wait_until
+    from shared.devtools.localstack import chroma_executable, spawn, wait_until
 
     url = stack.env["TRACEHOUND_CHROMA_URL"]
     port = url.rsplit(":", 1)[1]

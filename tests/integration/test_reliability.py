@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from shared.localstack import LocalStack
-from shared.pipeline import enqueue_error
-from shared.reindex import index_repository
-from shared.settings import Settings
-from shared.simulators.ollama import OllamaSimulator
-from shared.traces import parse_error_input
+from shared.core.pipeline import enqueue_error
+from shared.core.settings import Settings
+from shared.devtools.localstack import LocalStack
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.index.reindex import index_repository
+from shared.intake.events import parse_error_input
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration

@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from producers.tailer import Tailer
-from shared.domain import ErrorEvent
-from shared.localstack import Proc, spawn, start_redis, tracehound_executable, wait_until
+from shared.core.domain import ErrorEvent
+from shared.devtools.localstack import Proc, spawn, start_redis, tracehound_executable, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -16,11 +16,11 @@ import pytest
 import redis
 
 from producers.watcher import Watcher, run
-from shared.corpus import RedisCorpus
-from shared.reindex import index_repository
-from shared.settings import Settings
-from shared.simulators.ollama import OllamaSimulator
-from shared.vectors import ChromaVectorIndex
+from shared.core.settings import Settings
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.index.corpus import RedisCorpus
+from shared.index.reindex import index_repository
+from shared.index.vectors import ChromaVectorIndex
 
 pytestmark = pytest.mark.integration
 

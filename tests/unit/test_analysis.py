@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared.analysis import (
+from shared.analyze.llm import (
     PROMPT_CODE_MAX_CHARS,
     PROMPT_ERROR_MAX_CHARS,
     analysis_schema,
@@ -17,8 +17,8 @@ from shared.analysis import (
     build_messages,
     parse_reply,
 )
-from shared.domain import AnalysisReply, Candidate, ChunkHit, ErrorEvent
-from shared.errors import TransientError
+from shared.core.domain import AnalysisReply, Candidate, ChunkHit, ErrorEvent
+from shared.core.errors import TransientError
 
 EVENT = ErrorEvent(
     service="checkout",
@@ -41,7 +41,7 @@ VALID = {
 
 
 def prompt_file(name: str) -> str:
-    return resources.files("shared").joinpath("prompts", name).read_text("utf-8")
+    return resources.files("shared.analyze").joinpath("prompts", name).read_text("utf-8")
 
 
 def candidate(path: str, start: int, end: int, text: str) -> Candidate:

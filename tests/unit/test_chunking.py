@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.chunking import TRUNCATED, chunk_file, embedding_text, language_of
+from shared.index.chunking import TRUNCATED, chunk_file, embedding_text, language_of
 
 
 def functions(n: int, body: int = 8) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.queues import ALL_QUEUES, MODEL_QUEUES
+from shared.core.queues import ALL_QUEUES, MODEL_QUEUES
 
 COMPOSE = Path(__file__).parents[2] / "docker-compose.yml"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from producers.watcher import Debouncer, Stat, Watcher, watch_limit_error
-from shared.pipeline import sender_app
-from shared.settings import Settings
+from shared.core.pipeline import sender_app
+from shared.core.settings import Settings
 
 
 class Clock:

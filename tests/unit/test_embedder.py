@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.embedder import OllamaEmbedder
-from shared.errors import PermanentError, TransientError
-from shared.simulators.ollama import OllamaSimulator
+from shared.core.errors import PermanentError, TransientError
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.models.embedder import OllamaEmbedder
 
 MODEL = "nomic-embed-text"
 TEXTS = [

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.eval import (
+from shared.devtools.eval import (
     BASE_MODES,
     Case,
     EmbeddingCache,
@@ -153,7 +153,7 @@ def test_second_run_reuses_cached_chunk_vectors(tmp_path: Path, corpora: Path) -
 def test_cli_eval_writes_a_table_and_json(tmp_path: Path, corpora: Path) -> None:
     from typer.testing import CliRunner
 
-    from shared.cli import cli
+    from producers.cli import cli
 
     out = tmp_path / "out.json"
     result = CliRunner().invoke(
@@ -182,7 +182,7 @@ def test_cli_eval_writes_a_table_and_json(tmp_path: Path, corpora: Path) -> None
 
 
 def test_threshold_separates_misses_from_hits() -> None:
-    from shared.calibration import flagged_shares, suggest_threshold
+    from shared.devtools.calibration import flagged_shares, suggest_threshold
 
     points = [(0.9, True), (0.8, True), (0.7, True), (0.35, True), (0.3, False), (0.1, False)]
     c = suggest_threshold(points)
@@ -198,9 +198,9 @@ def test_threshold_separates_misses_from_hits() -> None:
 
 
 def test_eval_with_a_rerank_server_suggests_a_min_relevance(tmp_path: Path, corpora: Path) -> None:
-    from shared.calibration import flagged_shares
-    from shared.reranker import HttpReranker
-    from shared.simulators.ollama import OllamaSimulator
+    from shared.devtools.calibration import flagged_shares
+    from shared.devtools.simulators.ollama import OllamaSimulator
+    from shared.models.reranker import HttpReranker
 
     cases = [
         Case("t-1", "shop-1.0", TRACE, ("shop/pricing.py",)),

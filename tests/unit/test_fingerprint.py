@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain import ErrorEvent
-from shared.fingerprint import (
+from shared.core.domain import ErrorEvent
+from shared.intake.events import event_from_text
+from shared.intake.fingerprint import (
     FINGERPRINT_VERSION,
     CustomRule,
     GroupingConfig,
@@ -22,7 +23,6 @@ from shared.fingerprint import (
     load_grouping_config,
     normalize_message,
 )
-from shared.traces import event_from_text
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ROOT = Path(__file__).resolve().parents[2]
@@ -334,7 +334,7 @@ def test_custom_rule_gives_a_fixed_key_when_type_and_message_match() -> None:
 
 
 def test_a_trace_that_landed_in_the_message_still_groups_by_frames() -> None:
-    # shared.traces keeps a trace whose exception name lacks an Error/Exception suffix as the
+    # shared.intake.events keeps a trace whose exception name lacks an Error/Exception suffix as the
     # message, with no stacktrace; its frames still count
     ev = event(py_trace(exc="GatewayTimeout: upstream pricing timed out"))
     assert ev.stacktrace == ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.frames import Frame, PathMapper, normalize_path, parse_frames
+from shared.intake.frames import Frame, PathMapper, normalize_path, parse_frames
 
 PYTHON = """Traceback (most recent call last):
   File "/srv/app/shop/api.py", line 10, in handle

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain import ChunkHit
-from shared.fusion import RRF_K, group_by_file, reciprocal_rank_fusion
-from shared.priors import PathPrior
+from shared.core.domain import ChunkHit
+from shared.retrieve.fusion import RRF_K, group_by_file, reciprocal_rank_fusion
+from shared.retrieve.priors import PathPrior
 
 
 def hit(chunk_id: str, path: str | None = None, score: float = 0.0) -> ChunkHit:

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.generated import generated_reason
-from shared.sources import Skipped, SourceFile, read_source
+from shared.index.generated import generated_reason
+from shared.index.sources import Skipped, SourceFile, read_source
 
 
 @pytest.mark.parametrize(
@@ -76,7 +76,7 @@ def test_read_source_skips_generated_files_with_the_reason(tmp_path: Path) -> No
 
 
 def test_walk_leaves_out_a_sphinx_build_directory(tmp_path: Path) -> None:
-    from shared.sources import in_build_output, walk
+    from shared.index.sources import in_build_output, walk
 
     out = tmp_path / "doc" / "_build" / "html"
     (out / "_sources").mkdir(parents=True)

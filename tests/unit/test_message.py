@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shared.domain import (
+from shared.core.domain import (
     Analysis,
     Candidate,
     ChunkHit,
@@ -16,8 +16,8 @@ from shared.domain import (
     Hypothesis,
     Investigation,
 )
-from shared.message import MAX_BLOCKS, SECTION_MAX, build_message, escape
-from shared.notifiers import plain, render_console
+from shared.notify.message import MAX_BLOCKS, SECTION_MAX, build_message, escape
+from shared.notify.notifiers import plain, render_console
 
 MENTIONS = "<!channel> <!here> <@U123> <!subteam^S1|oncall> *bold* &amp; <https://evil|x>"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from producers.multiline import Grouper, Record, json_level, text_level, to_event
-from shared.domain import ErrorEvent
+from shared.core.domain import ErrorEvent
 
 TRACES = Path(__file__).parents[1] / "data" / "traces"
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from shared.domain import ErrorEvent
-from shared.frames import parse_frames
-from shared.query import QUERY_MAX_CHARS, build_query, render_frames
-from shared.traces import event_from_text
+from shared.core.domain import ErrorEvent
+from shared.intake.events import event_from_text
+from shared.intake.frames import parse_frames
+from shared.retrieve.query import QUERY_MAX_CHARS, build_query, render_frames
 
 TRACE = """2024-05-01 12:00:01 ERROR request failed id=42
 Traceback (most recent call last):
@@ -81,7 +81,7 @@ def test_rendered_frames_of_any_language_parse_back_the_same() -> None:
 
 
 def test_named_symbols_are_the_code_like_names_in_order() -> None:
-    from shared.query import named_symbols
+    from shared.retrieve.query import named_symbols
 
     text = (
         "units.quantity_input decorator fails for constructors -> None\n"

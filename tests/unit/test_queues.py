@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from shared import queues
-from shared.domain import ErrorEvent
-from shared.pipeline import analysis_chain, sender_app
-from shared.settings import Settings
+from shared.core import queues
+from shared.core.domain import ErrorEvent
+from shared.core.pipeline import analysis_chain, sender_app
+from shared.core.settings import Settings
 
 TASK_NAMES = [
     queues.EMBED_QUERY,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.domain import ErrorEvent
-from shared.redact import DEFAULT_RULES, Redactor
+from shared.core.domain import ErrorEvent
+from shared.intake.redact import DEFAULT_RULES, Redactor
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

@@ -9,10 +9,10 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from shared.domain import Candidate, ChunkHit
-from shared.errors import PermanentError, TransientError
-from shared.reranker import HttpReranker, rerank_candidates, scores_by_index
-from shared.simulators.ollama import OllamaSimulator
+from shared.core.domain import Candidate, ChunkHit
+from shared.core.errors import PermanentError, TransientError
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.models.reranker import HttpReranker, rerank_candidates, scores_by_index
 
 MODEL = "bge-reranker-v2-m3"
 QUERY = "PaymentGateway charge declined card"

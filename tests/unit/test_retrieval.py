@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 import pytest
 
-from shared.chunking import chunk_file, defined_names
-from shared.eval import MemoryIndex, SimulatorEmbedder, embed_chunks
-from shared.keywords import MAX_DEFINITIONS, defining, symbol_table
-from shared.priors import DEFAULT_DEMOTE, PathPrior
-from shared.retrieval import hybrid_retrieve
+from shared.devtools.eval import MemoryIndex, SimulatorEmbedder, embed_chunks
+from shared.index.chunking import chunk_file, defined_names
+from shared.retrieve.hybrid import hybrid_retrieve
+from shared.retrieve.keywords import MAX_DEFINITIONS, defining, symbol_table
+from shared.retrieve.priors import DEFAULT_DEMOTE, PathPrior
 
 FILES = {
     "shop/pricing.py": (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from shared.settings import Settings, mask_url_password
+from shared.core.settings import Settings, mask_url_password
 
 
 @pytest.fixture(autouse=True)
@@ -148,7 +148,7 @@ def test_defaults_are_valid_without_any_environment() -> None:
 def test_url_credentials_are_masked_even_with_slashes_or_without_a_user(
     url: str, masked: str
 ) -> None:
-    from shared.settings import mask_url_password
+    from shared.core.settings import mask_url_password
 
     assert mask_url_password(url) == masked
 

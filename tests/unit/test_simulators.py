@@ -20,8 +20,8 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.webhook import WebhookClient
 
-from shared.simulators.ollama import OllamaSimulator, hashed_embedding, schema_instance
-from shared.simulators.slack import SlackSimulator
+from shared.devtools.simulators.ollama import OllamaSimulator, hashed_embedding, schema_instance
+from shared.devtools.simulators.slack import SlackSimulator
 
 REPO = Path(__file__).resolve().parents[2]
 EMBED = "nomic-embed-text"
@@ -680,7 +680,10 @@ def test_slack_control_endpoints(slack: SlackSimulator, http: httpx.Client) -> N
 
 @pytest.mark.parametrize(
     ("module", "probe"),
-    [("shared.simulators.ollama", "/api/version"), ("shared.simulators.slack", "/_sim/log")],
+    [
+        ("shared.devtools.simulators.ollama", "/api/version"),
+        ("shared.devtools.simulators.slack", "/_sim/log"),
+    ],
 )
 def test_main_runs_in_foreground_and_stops_on_sigterm(
     module: str,

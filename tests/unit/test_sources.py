@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.sources import Skipped, SourceFile, read_source, walk
+from shared.index.sources import Skipped, SourceFile, read_source, walk
 
 
 def write(root: Path, rel: str, data: str | bytes = "x = 1\n") -> None:

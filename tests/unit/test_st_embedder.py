@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from shared.st_embedder import SentenceTransformerEmbedder, available
+from shared.devtools.st_embedder import SentenceTransformerEmbedder, available
 
 pytestmark = pytest.mark.skipif(not available(), reason="eval extra not installed")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.chunking import chunk_file
-from shared.syntax import definitions
+from shared.index.chunking import chunk_file
+from shared.index.syntax import definitions
 
 JAVA = """package com.acme.shop;
 

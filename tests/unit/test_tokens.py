@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.tokens import tokenize
+from shared.index.tokens import tokenize
 
 
 def test_dotted_camel_case_gives_each_identifier_whole_then_its_parts() -> None:

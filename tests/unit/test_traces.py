@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from shared.errors import PermanentError
-from shared.traces import parse_error_input
+from shared.core.errors import PermanentError
+from shared.intake.events import parse_error_input
 
 PY_TRACE = """Traceback (most recent call last):
   File "/app/shop/orders.py", line 42, in place_order

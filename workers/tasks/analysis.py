@@ -13,14 +13,14 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from shared import queues as q
-from shared.analysis import analyze as run_analysis
-from shared.analysis import degraded, prompt_version
-from shared.domain import Analysis, Investigation
-from shared.errors import PermanentError, TracehoundError, TransientError
-from shared.query import build_query
-from shared.reranker import rerank_candidates
-from shared.retrieval import hybrid_retrieve
+from shared.analyze.llm import analyze as run_analysis
+from shared.analyze.llm import degraded, prompt_version
+from shared.core import queues as q
+from shared.core.domain import Analysis, Investigation
+from shared.core.errors import PermanentError, TracehoundError, TransientError
+from shared.models.reranker import rerank_candidates
+from shared.retrieve.hybrid import hybrid_retrieve
+from shared.retrieve.query import build_query
 from workers import context, metrics
 from workers.app import app, task_options
 from workers.retry import attempts_left, retry, visit

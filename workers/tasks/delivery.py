@@ -14,10 +14,10 @@ import json
 import logging
 from typing import Any
 
-from shared import queues as q
-from shared.domain import Investigation, Notification
-from shared.errors import PermanentError, TransientError
-from shared.message import (
+from shared.core import queues as q
+from shared.core.domain import Investigation, Notification
+from shared.core.errors import PermanentError, TransientError
+from shared.notify.message import (
     MessageOptions,
     Occurrences,
     build_message,
@@ -26,7 +26,7 @@ from shared.message import (
     trace_reply,
     with_occurrences,
 )
-from shared.notifiers import Delivery
+from shared.notify.notifiers import Delivery
 from workers import context, metrics
 from workers.app import app, task_options
 from workers.retry import retry, visit

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared import queues as q
-from shared.domain import Chunk
-from shared.errors import TransientError
-from shared.indexing import FilePlan, finish_file, plan_file, prune, remove_path, store_chunks
+from shared.core import queues as q
+from shared.core.domain import Chunk
+from shared.core.errors import TransientError
+from shared.index.indexing import FilePlan, finish_file, plan_file, prune, remove_path, store_chunks
 from workers import context
 from workers.app import app, task_options
 from workers.retry import retry

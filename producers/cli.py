@@ -1,0 +1,432 @@
+"""The ``tracehound`` command: configure, run workers, index a repo, analyze an error, demo."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from shared.core import queues
+from shared.core.errors import PermanentError
+from shared.core.settings import Settings
+
+cli = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="tracehound: production errors in, Slack analyses out.",
+)
+err = Console(stderr=True)
+out = Console()
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        # include_input=False: the rejected values may be tokens.
+        problems = "\n".join(
+            f"  {'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}"
+            for e in exc.errors(include_input=False)
+        )
+        err.print(f"[red]invalid TRACEHOUND_* settings:[/red]\n{problems}", highlight=False)
+        raise typer.Exit(2) from exc
+
+
+@cli.command()
+def config() -> None:
+    """Print the effective settings (secrets masked)."""
+    for key, value in load_settings().masked().items():
+        out.print(f"{key} = {json.dumps(value)}", highlight=False, soft_wrap=True)
+
+
+@cli.command()
+def status() -> None:
+    """Queue depths and consumers; per model host: holder, loaded model, swaps, busy time."""
+    import redis
+    from rich.table import Table
+
+    from shared.core.pipeline import sender_app
+    from shared.models.hosts import host_status, known_hosts
+
+    settings = load_settings()
+    r = redis.Redis.from_url(settings.redis_url)
+    app = sender_app(settings)
+    try:
+        active = app.control.inspect(timeout=1.0).active_queues() or {}
+    finally:
+        app.close()
+    consumers: dict[str, list[str]] = {}
+    for worker_name, qs in active.items():
+        for q in qs:
+            consumers.setdefault(q["name"], []).append(worker_name)
+    table = Table("queue", "waiting", "consumers", title="queues")
+    for q in queues.ALL_QUEUES:
+        table.add_row(q, str(queues.depth(r, q)), ", ".join(sorted(consumers.get(q, []))) or "-")
+    out.print(table)
+    hosts = Table(
+        "host", "holder", "loaded model", "waiting", "swaps", "calls", "busy s", title="model hosts"
+    )
+    for host in known_hosts(r):
+        st = host_status(r, host)
+        holder = st["holder"]
+        hosts.add_row(
+            host,
+            f"{holder['model']} (token {holder['token']})" if holder else "-",
+            st["loaded"] or "-",
+            str(st["waiting"]),
+            str(st["swaps"]),
+            str(st["calls"]),
+            str(st["busy_s"]),
+        )
+    out.print(hosts)
+
+
+@cli.command()
+def worker(
+    queues_: Annotated[str, typer.Option("--queues", "-Q", help="Comma-separated queues.")],
+    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c")] = None,
+    loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "INFO",
+    name: Annotated[str | None, typer.Option("--name", "-n")] = None,
+) -> None:
+    """Start a Celery worker (model queues always run at concurrency 1)."""
+    wanted = [q.strip() for q in queues_.split(",") if q.strip()]
+    unknown = sorted(set(wanted) - set(queues.ALL_QUEUES))
+    if unknown or not wanted:
+        err.print(f"[red]unknown queue(s) {unknown}; choose from {', '.join(queues.ALL_QUEUES)}")
+        raise typer.Exit(2)
+    model = set(wanted) & set(queues.MODEL_QUEUES)
+    if model and concurrency not in (None, 1):
+        err.print(
+            f"[red]model queue(s) {sorted(model)} are served one request at a time: "
+            "use --concurrency 1 (scale CPU queues instead)"
+        )
+        raise typer.Exit(2)
+    c = 1 if model else (concurrency or os.cpu_count() or 1)
+    load_settings()  # fail here, readably, rather than inside Celery
+    argv = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers",
+        "worker",
+        "-Q",
+        ",".join(wanted),
+        "-c",
+        str(c),
+        "-l",
+        loglevel,
+        "-n",
+        name or f"{'-'.join(wanted)}@%h",
+    ]
+    os.execv(sys.executable, argv)
+
+
+@cli.command()
+def index(
+    path: Annotated[Path, typer.Argument(help="Repository root to index.")],
+    repo: Annotated[str, typer.Option("--repo", help="Repository name (one index per repo).")],
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the workers.")] = 3600.0,
+) -> None:
+    """Index a repository: changed chunks are embedded, unchanged ones skipped, deleted removed."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from shared.core.pipeline import sender_app
+    from shared.index.reindex import index_repository
+
+    if not path.is_dir():
+        err.print(
+            f"[red]error:[/red] index path {str(path)!r} does not exist or is not a directory"
+        )
+        raise typer.Exit(2)
+    settings = load_settings()
+    app = sender_app(settings)
+    progress = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        disable=not err.is_terminal,
+    )
+    with progress:
+        task = progress.add_task(f"indexing {repo}", total=None)
+        report = index_repository(
+            app,
+            path,
+            repo,
+            max_bytes=settings.max_file_bytes,
+            timeout=timeout,
+            on_total=lambda n: progress.update(task, total=n),
+            on_done=lambda n: progress.advance(task, n),
+        )
+    reasons = ", ".join(f"{n} {r}" for r, n in report.skip_reasons().items()) or "none"
+    out.print(
+        f"indexed {report.files} files ({report.chunks} chunks, {report.embedded} "
+        f"embedded) into {repo!r}; skipped: {reasons}; removed: "
+        f"{len(report.removed_files)} deleted files",
+        highlight=False,
+    )
+    if report.failed:
+        err.print(f"[red]{len(report.failed)} files failed:[/red]")
+        for line in report.failed[:20]:
+            err.print(f"  {line}", highlight=False)
+        raise typer.Exit(1)
+
+
+@cli.command()
+def analyze(
+    source: Annotated[
+        str, typer.Argument(help="File with a trace or JSON event; - for stdin.")
+    ] = "-",
+    service: Annotated[str | None, typer.Option(help="Service that raised the error.")] = None,
+    repo: Annotated[str | None, typer.Option(help="Indexed repo (default: the service).")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait and print the message.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 600.0,
+) -> None:
+    """Enqueue an error (raw trace text or a JSON event) for analysis."""
+    from shared.core.pipeline import sender_app
+    from shared.intake.events import parse_error_input
+    from shared.intake.submit import intake_for
+    from shared.notify.notifiers import render_console
+
+    settings = load_settings()
+    try:
+        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot read {source}: {exc.strerror}")
+        raise typer.Exit(2) from exc
+    try:
+        event = parse_error_input(
+            raw.decode("utf-8", errors="replace"),
+            service=service,
+            repo=repo,
+            max_bytes=settings.max_trace_bytes,
+        )
+    except PermanentError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    submitted = intake_for(settings, sender_app(settings)).submit(event)
+    if submitted.result is None:
+        err.print(
+            f"event {event.id} is occurrence {submitted.count} of group "
+            f"{submitted.fingerprint} in this window: counted; its message was already "
+            "sent and shows the count",
+            highlight=False,
+        )
+        return
+    result = submitted.result
+    err.print(
+        f"enqueued event {event.id} (service {event.service}, repo {event.repo})", highlight=False
+    )
+    if not wait:
+        return
+    try:
+        notification = result.get(timeout=timeout)
+    except Exception as exc:
+        err.print(f"[red]error:[/red] no message after {timeout:.0f}s: {type(exc).__name__}: {exc}")
+        raise typer.Exit(1) from exc
+    out.print(render_console(notification["blocks"]), highlight=False, markup=False)
+    out.print(f"delivered to: {notification['destination']}", highlight=False)
+
+
+@cli.command()
+def ingest(
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    service: Annotated[
+        str | None, typer.Option(help="Service for events that do not name one.")
+    ] = None,
+) -> None:
+    """Serve POST /v1/events for log shippers (Vector, Fluent Bit); /healthz and /readyz."""
+    from producers.ingest import serve
+
+    settings = load_settings()
+    err.print(
+        f"tracehound ingest listening on http://{host}:{port}/v1/events"
+        + ("" if settings.ingest_token else " (no token: loopback only)"),
+        highlight=False,
+    )
+    try:
+        serve(settings, host=host, port=port, service=service)
+    except PermanentError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+@cli.command()
+def watch(
+    path: Annotated[Path, typer.Argument(help="Repository root to watch.")],
+    repo: Annotated[str, typer.Option("--repo", help="Repository name (one index per repo).")],
+    polling: Annotated[
+        bool, typer.Option("--polling", help="Poll instead of inotify (network, Docker mounts).")
+    ] = False,
+    include: Annotated[list[str] | None, typer.Option(help="Only paths matching (glob).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(help="Skip paths matching (glob).")] = None,
+) -> None:
+    """Keep the index in step with the source: reconcile, then re-index files as they change."""
+    from producers.watcher import run
+
+    if not path.is_dir():
+        err.print(
+            f"[red]error:[/red] watch path {str(path)!r} does not exist or is not a directory"
+        )
+        raise typer.Exit(2)
+    settings = load_settings()
+    err.print(f"watching {path} as {repo!r}" + (" (polling)" if polling else ""), highlight=False)
+    try:
+        run(settings, path, repo, polling=polling, include=include, exclude=exclude)
+    except PermanentError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+@cli.command()
+def tail(
+    patterns: Annotated[list[str], typer.Argument(help="Log files or globs ('**' allowed).")],
+    service: Annotated[str, typer.Option(help="Service that writes these logs.")],
+    repo: Annotated[str | None, typer.Option(help="Indexed repo (default: the service).")] = None,
+    from_start: Annotated[
+        bool, typer.Option("--from-start", help="Read files present at start from the top.")
+    ] = False,
+    state_dir: Annotated[Path | None, typer.Option(help="Where checkpoints are kept.")] = None,
+) -> None:
+    """Follow log files like tail -F and enqueue every error record (stack traces grouped)."""
+    from producers.tailer import run
+
+    settings = load_settings()
+    err.print(f"tailing {' '.join(patterns)} for {service}", highlight=False)
+    run(settings, patterns, service=service, repo=repo, from_start=from_start, state_dir=state_dir)
+
+
+@cli.command("eval")
+def eval_(
+    cases: Annotated[Path, typer.Option(help="Cases, one JSON object a line (bench format).")],
+    corpora: Annotated[
+        Path, typer.Option(help="Holds each case's corpus as <pypi_name>-<pypi_version>/.")
+    ],
+    modes: Annotated[
+        list[str] | None,
+        typer.Option("--modes", help="Modes to run (default: all; +rerank with a backend)."),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write summary and per-case results here.")
+    ] = None,
+    limit: Annotated[int | None, typer.Option(help="Only the first N cases.")] = None,
+    embedder: Annotated[
+        str, typer.Option(help="simulator, or sentence-transformers (the eval extra).")
+    ] = "simulator",
+    max_seq_length: Annotated[
+        int | None, typer.Option(help="Tokens read per text by the sentence-transformers model.")
+    ] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Chunk-embedding cache (default DATA_DIR/eval-cache).")
+    ] = None,
+) -> None:
+    """Measure retrieval on bug-localization cases: file-level Recall@1/3/5/10 and MRR per mode."""
+    from shared.devtools.eval import (
+        BASE_MODES,
+        MODE_SIGNALS,
+        RERANK_SUFFIX,
+        EmbeddingCache,
+        calibration_lines,
+        load_cases,
+        make_embedder,
+        render_table,
+        run_eval,
+    )
+    from shared.models.reranker import HttpReranker
+
+    settings = load_settings()
+    reranker = None
+    if settings.rerank_backend != "none" and settings.rerank_url:
+        key = settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None
+        reranker = HttpReranker(
+            settings.rerank_backend,
+            settings.rerank_url,
+            settings.rerank_model,
+            timeout=settings.rerank_timeout,
+            api_key=key,
+        )
+    wanted = [m for arg in (modes or []) for m in arg.split(",") if m.strip()]
+    if not wanted:
+        wanted = list(BASE_MODES)
+        if reranker is not None:
+            wanted += [m + RERANK_SUFFIX for m in BASE_MODES]
+    unknown = [m for m in wanted if m.removesuffix(RERANK_SUFFIX) not in MODE_SIGNALS]
+    if unknown:
+        err.print(f"[red]unknown mode(s) {unknown}; choose from {', '.join(BASE_MODES)}")
+        raise typer.Exit(2)
+    if reranker is None and any(m.endswith(RERANK_SUFFIX) for m in wanted):
+        err.print("[red]+rerank modes need TRACEHOUND_RERANK_BACKEND and TRACEHOUND_RERANK_URL")
+        raise typer.Exit(2)
+    try:
+        case_list = load_cases(cases, limit=limit)
+        emb = make_embedder(embedder, max_seq_length=max_seq_length)
+    except (OSError, ValueError, PermanentError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    cache = EmbeddingCache((cache_dir or settings.data_dir / "eval-cache") / "vectors.sqlite")
+    try:
+        report = run_eval(
+            case_list,
+            corpora,
+            embedder=emb,
+            modes=wanted,
+            reranker=reranker,
+            cache=cache,
+            depth=settings.candidate_depth,
+            rrf_k=settings.rrf_k,
+            prior=settings.path_prior(),
+            shown=settings.top_k,
+            on_event=lambda msg: err.print(msg, highlight=False),
+        )
+    except PermanentError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    finally:
+        cache.close()
+    out.print(render_table(report))
+    for line in calibration_lines(report):
+        out.print(line, highlight=False)
+    for skipped in report.skipped:
+        err.print(f"skipped {skipped['id']}: {skipped['reason']}", highlight=False)
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report.to_json(), indent=1), "utf-8")
+        err.print(f"wrote {json_out}", highlight=False)
+
+
+@cli.command()
+def demo(
+    repo_path: Annotated[Path, typer.Option(help="Service to index.")] = Path(
+        "tests/data/sample-service"
+    ),
+    error: Annotated[Path, typer.Option(help="Error to analyze.")] = Path(
+        "tests/data/sample-error.txt"
+    ),
+) -> None:
+    """Run everything locally: private Redis, Chroma and workers; index; analyze; print."""
+    from shared.devtools.demo import run_demo
+
+    settings = load_settings()
+    raise typer.Exit(run_demo(settings, repo_path, error, console=out, err=err))
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=os.environ.get("TRACEHOUND_LOG_LEVEL", "WARNING"),
+        format="%(levelname)s %(name)s %(message)s",
+    )
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""The pipeline wired in one place: which tasks, in which order, on which queues.
+
+    embed_query [embed] → retrieve [retrieve] → rerank [rerank] → analyze [llm] → notify [notify]
+    index_files / index_file [index] → embed_chunks [embed]      remove_file, prune_repo [index]
+
+Producers and the CLI use a sending-only Celery app and enqueue by task name, so they never
+import ``workers`` (no Chroma, no LangChain in a log tailer).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from celery import Celery, chain
+from celery.result import AsyncResult
+from celery.signals import before_task_publish
+
+from shared.core import queues
+from shared.core.domain import ErrorEvent, GroupRef
+from shared.core.settings import Settings
+
+SENT_AT = "th_sent_at"  # message header: when it was published (workers measure queue wait)
+
+
+def stamp_sent_at(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    if headers is not None:
+        headers.setdefault(SENT_AT, time.time())
+
+
+def sender_app(settings: Settings) -> Celery:
+    """A Celery app that only sends: same broker, routing and serializer as the workers."""
+    before_task_publish.connect(stamp_sent_at, dispatch_uid="tracehound-sent-at")
+    app = Celery("tracehound-sender", set_as_current=False)
+    app.conf.update(
+        queues.celery_config(
+            settings.redis_url,
+            max_retries=settings.stage_max_retries,
+            backoff_max=settings.retry_backoff_max,
+        )
+    )
+    return app
+
+
+def _sig(app: Celery, name: str, *args: Any) -> Any:
+    return app.signature(name, args=args, queue=queues.ROUTES[name])
+
+
+def analysis_chain(app: Celery, event: ErrorEvent, group: GroupRef | None = None) -> Any:
+    """The five stages for one error event; each stage passes its result to the next."""
+    payload: dict[str, Any] = {"event": event.model_dump(mode="json")}
+    if group is not None:
+        payload["group"] = group.model_dump(mode="json")
+    return chain(
+        _sig(app, queues.EMBED_QUERY, payload),
+        _sig(app, queues.RETRIEVE),
+        _sig(app, queues.RERANK),
+        _sig(app, queues.ANALYZE),
+        _sig(app, queues.NOTIFY),
+    )
+
+
+def enqueue_error(app: Celery, event: ErrorEvent, group: GroupRef | None = None) -> AsyncResult:
+    """Start an analysis; the returned result is the notify stage's (the message sent).
+
+    Producers go through shared.intake.submit.Intake.submit, which redacts, groups and calls this
+    once per group and window; tests and tools may call it directly for one analysis.
+    """
+    return analysis_chain(app, event, group).apply_async()
+
+
+def enqueue_files(app: Celery, repo: str, files: list[dict[str, str]]) -> AsyncResult:
+    """Index a batch of ``{"path", "text"}`` files of one repo."""
+    return _sig(app, queues.INDEX_FILES, repo, files).apply_async()
+
+
+def enqueue_file(app: Celery, repo: str, path: str, text: str) -> AsyncResult:
+    return _sig(app, queues.INDEX_FILE, repo, path, text).apply_async()
+
+
+def enqueue_remove(app: Celery, repo: str, path: str) -> AsyncResult:
+    return _sig(app, queues.REMOVE_FILE, repo, path).apply_async()
+
+
+def enqueue_prune(app: Celery, repo: str, live_paths: list[str]) -> AsyncResult:
+    return _sig(app, queues.PRUNE_REPO, repo, live_paths).apply_async()

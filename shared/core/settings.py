@@ -1,0 +1,185 @@
+"""The one settings object: every TRACEHOUND_* variable, built at entry points and passed down."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from shared.retrieve.priors import DEFAULT_DEMOTE, DEFAULT_DEMOTE_WEIGHT, PathPrior
+
+RerankBackend = Literal["none", "llamacpp", "vllm", "jina", "cohere", "tei", "ollama"]
+
+
+class Settings(BaseSettings):
+    """Effective configuration; ``tracehound config`` prints it with secrets masked."""
+
+    model_config = SettingsConfigDict(env_prefix="TRACEHOUND_", extra="ignore", frozen=True)
+
+    # --- infrastructure ---
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    chroma_url: str | None = Field(
+        "http://127.0.0.1:8000",
+        description="Chroma server; required whenever more than one process writes the index.",
+    )
+    chroma_path: Path | None = Field(
+        None, description="Local PersistentClient path, single-process mode only (no chroma_url)."
+    )
+    data_dir: Path = Path(".tracehound")
+
+    # --- models ---
+    ollama_url: str = "http://127.0.0.1:11434"
+    embed_model: str = "nomic-embed-text"
+    llm_model: str = "qwen2.5-coder:7b"
+    # nomic-embed-text is trained with these task prefixes; set both to "" for other models.
+    embed_query_prefix: str = "search_query: "
+    embed_document_prefix: str = "search_document: "
+    embed_batch_size: int = Field(32, ge=1, le=512)
+    llm_num_ctx: int = Field(8192, ge=512)
+    llm_temperature: float = 0.1
+    embed_url: str | None = Field(None, description="Ollama for embeddings; default ollama_url.")
+    llm_url: str | None = Field(None, description="Ollama for the LLM; default ollama_url.")
+    rerank_backend: RerankBackend = "none"
+    rerank_url: str | None = None
+    rerank_model: str = "bge-reranker-v2-m3"
+    rerank_api_key: SecretStr | None = None
+
+    # --- timeouts (seconds) and retries ---
+    embed_timeout: float = 60.0
+    rerank_timeout: float = 30.0
+    llm_timeout: float = 300.0
+    chroma_timeout: float = 30.0
+    slack_timeout: float = 30.0
+    stage_max_retries: int = Field(3, ge=0, description="Retries of a transient stage failure.")
+    retry_backoff_max: int = Field(60, ge=1, description="Cap of the exponential retry delay.")
+
+    # --- model hosts: one model active per machine, under a Redis lease ---
+    host_leases: bool = Field(True, description="Off: every model worker calls its host freely.")
+    lease_ttl: float = Field(15.0, gt=0.5, description="A dead holder's lease expires after this.")
+    lease_max_tasks: int = Field(20, ge=1, description="Fairness: tasks per hold when others wait.")
+    lease_max_seconds: float = Field(30.0, gt=0, description="Fairness: seconds per hold likewise.")
+    lease_idle_release: float = Field(1.0, gt=0, description="Release when no task follows.")
+
+    metrics_port: int | None = Field(
+        None, description="Serve Prometheus /metrics from each worker on this port."
+    )
+
+    # --- retrieval ---
+    candidate_depth: int = Field(50, ge=1, le=1000)
+    top_k: int = Field(5, ge=1, le=50)
+    rrf_k: int = Field(60, ge=1)
+    demote_paths: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_DEMOTE),
+        description="gitignore patterns of tests, docs, examples: rarely where a fix lands.",
+    )
+    demote_weight: float = Field(
+        DEFAULT_DEMOTE_WEIGHT, ge=0, le=1, description="Their files' score is multiplied by this."
+    )
+
+    # --- indexing ---
+    chunk_lines: int = Field(60, ge=5)
+    chunk_overlap: int = Field(10, ge=0)
+    chunk_max_chars: int = Field(6000, ge=200)
+    max_file_bytes: int = Field(1_000_000, ge=1)
+    max_trace_bytes: int = Field(64_000, ge=1000)
+
+    # --- HTTP ingest ---
+    ingest_token: SecretStr | None = Field(
+        None, description="Bearer token log shippers must send to POST /v1/events."
+    )
+    ingest_max_body_bytes: int = Field(10_000_000, ge=1000)
+
+    # --- grouping, dedup, safety ---
+    group_window: float = Field(
+        1800.0, gt=0, description="Seconds: repeats of a group inside it only count."
+    )
+    group_update_interval: float = Field(
+        60.0, gt=0, description="Seconds between count updates / thread replies per group."
+    )
+    grouping_config: Path | None = Field(
+        None, description="JSON/YAML: per-service in-app path prefixes and custom rules."
+    )
+    redact: bool = Field(True, description="Redact secrets before embedding, LLM and Slack.")
+    redact_extra: list[str] = Field(
+        default_factory=list, description="More regexes whose matches are redacted."
+    )
+    redact_disable: list[str] = Field(
+        default_factory=list, description="Names of built-in redaction rules to turn off."
+    )
+
+    # --- notification ---
+    slack_bot_token: SecretStr | None = None
+    slack_channel: str | None = None
+    slack_webhook_url: SecretStr | None = None
+    slack_base_url: str = "https://slack.com/api/"
+    slack_pace: float = Field(
+        1.0, ge=0, description="Seconds between messages to one channel (Slack allows ~1/s)."
+    )
+    slack_thread_only: bool = Field(
+        False, description="A recurrence after the window replies in the first message's thread."
+    )
+    repo_url_template: str | None = Field(
+        None,
+        description="Link files: e.g. https://github.com/acme/{repo}/blob/main/{path}"
+        "#L{start}-L{end}",
+    )
+    min_relevance: float = Field(
+        0.2, ge=0, le=1, description="Best rerank score below this: no strongly relevant code."
+    )
+    notify_file: Path | None = Field(
+        None, description="Console notifier's JSON-lines file; default DATA_DIR/notifications.jsonl"
+    )
+
+    def path_prior(self) -> PathPrior:
+        return PathPrior(self.demote_paths, self.demote_weight)
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if self.chunk_overlap >= self.chunk_lines:
+            raise ValueError("chunk_overlap must be smaller than chunk_lines")
+        if self.slack_bot_token and not self.slack_channel:
+            raise ValueError("TRACEHOUND_SLACK_BOT_TOKEN needs TRACEHOUND_SLACK_CHANNEL")
+        if self.rerank_backend != "none" and not self.rerank_url:
+            raise ValueError(f"rerank backend {self.rerank_backend!r} needs TRACEHOUND_RERANK_URL")
+        return self
+
+    @property
+    def embed_base_url(self) -> str:
+        return self.embed_url or self.ollama_url
+
+    @property
+    def llm_base_url(self) -> str:
+        return self.llm_url or self.ollama_url
+
+    @property
+    def notifications_path(self) -> Path:
+        return self.notify_file or self.data_dir / "notifications.jsonl"
+
+    def masked(self) -> dict[str, Any]:
+        """Settings as plain values with secrets and URL passwords masked, for printing."""
+        out: dict[str, Any] = {}
+        for name, value in self.model_dump().items():
+            if isinstance(value, SecretStr):
+                value = "********" if value.get_secret_value() else ""
+            elif isinstance(value, str):
+                value = mask_url_password(value)
+            elif isinstance(value, Path):
+                value = str(value)
+            out[name] = value
+        return out
+
+
+_URL_USERINFO = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<info>[^@]*)@")
+
+
+def mask_url_password(url: str) -> str:
+    """``redis://:secret@host`` -> ``redis://:****@host``; a bare ``token@host`` is masked too."""
+
+    def hide(m: re.Match[str]) -> str:
+        user, sep, _ = m["info"].partition(":")
+        return f"{m['scheme']}{user}:****@" if sep else f"{m['scheme']}****@"
+
+    return _URL_USERINFO.sub(hide, url)

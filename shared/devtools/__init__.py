@@ -1,0 +1,1 @@
+"""Dev tools, apart from the pipeline: simulators, local stack, demo, eval, calibration."""

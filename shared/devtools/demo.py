@@ -1,0 +1,127 @@
+"""``tracehound demo``: the whole pipeline on this machine, end to end, then torn down."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import httpx
+from rich.console import Console
+from rich.panel import Panel
+from rich.text import Text
+
+from shared.core.pipeline import sender_app
+from shared.core.settings import Settings
+from shared.devtools.localstack import local_stack
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.index.reindex import index_repository
+from shared.intake.events import parse_error_input
+from shared.intake.submit import intake_for
+from shared.notify.notifiers import render_console
+
+DEMO_REPO = "sample-service"
+DEMO_SERVICE = "shop-api"
+
+
+def ollama_models(url: str) -> list[str] | None:
+    """Model names the Ollama at ``url`` has pulled, or None when nothing answers there."""
+    try:
+        r = httpx.get(f"{url.rstrip('/')}/api/tags", timeout=3)
+        r.raise_for_status()
+        return [m["name"] for m in r.json().get("models", [])]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return None
+
+
+def _has(models: list[str], name: str) -> bool:
+    return name in models or f"{name}:latest" in models or name.removesuffix(":latest") in models
+
+
+def run_demo(
+    settings: Settings, repo_path: Path, error_file: Path, *, console: Console, err: Console
+) -> int:
+    if not repo_path.is_dir() or not error_file.is_file():
+        err.print(
+            f"[red]demo needs {repo_path} and {error_file}: run it from the repository root[/red]"
+        )
+        return 2
+    workdir = (settings.data_dir / "demo").resolve()
+    env: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        models = ollama_models(settings.ollama_url)
+        if models is None:
+            sim = OllamaSimulator(
+                models=[settings.embed_model, settings.llm_model, settings.rerank_model]
+            )
+            sim.start()
+            stack.callback(sim.stop)
+            env |= {
+                "TRACEHOUND_OLLAMA_URL": sim.url,
+                "TRACEHOUND_RERANK_BACKEND": "llamacpp",
+                "TRACEHOUND_RERANK_URL": sim.url,
+            }
+            err.print(
+                Panel(
+                    f"No Ollama answers at {settings.ollama_url}.\nUSING THE OLLAMA SIMULATOR "
+                    f"({sim.url}): hashed-token embeddings, lexical rerank and a canned analysis "
+                    "that cites the best candidate. No real model runs.\nSet TRACEHOUND_OLLAMA_URL "
+                    "to a real Ollama for a real analysis.",
+                    title="SIMULATED MODELS",
+                    style="bold yellow",
+                )
+            )
+        else:
+            missing = [m for m in (settings.embed_model, settings.llm_model) if not _has(models, m)]
+            if missing:
+                err.print(
+                    f"[red]the Ollama at {settings.ollama_url} lacks "
+                    f"{', '.join(missing)}: run "
+                    + "; ".join(f"`ollama pull {m}`" for m in missing)
+                    + "[/red]"
+                )
+                return 1
+            err.print(f"using the Ollama at {settings.ollama_url}")
+        err.print(f"starting private redis-server, chroma and workers under {workdir} …")
+        localstack = stack.enter_context(local_stack(workdir, env))
+        localstack.start_workers()
+        app = sender_app(Settings(redis_url=localstack.env["TRACEHOUND_REDIS_URL"]))
+        stack.callback(app.close)
+        err.print(f"indexing {repo_path} as {DEMO_REPO!r} …")
+        report = index_repository(
+            app, repo_path, DEMO_REPO, max_bytes=settings.max_file_bytes, timeout=600
+        )
+        err.print(
+            f"indexed {report.files} files, {report.chunks} chunks ({report.embedded} "
+            f"embedded); skipped {len(report.skipped)}: "
+            + ", ".join(
+                f"{s.path} ({s.reason})" for s in report.skipped if s.reason != "not a source file"
+            )
+            + f" and {report.skip_reasons()['not a source file']} files that are not source"
+        )
+        event = parse_error_input(
+            error_file.read_text(errors="replace"),
+            service=DEMO_SERVICE,
+            repo=DEMO_REPO,
+            max_bytes=settings.max_trace_bytes,
+        )
+        err.print(f"analyzing {error_file} (event {event.id}) …")
+        worker_settings = settings.model_copy(
+            update={"redis_url": localstack.env["TRACEHOUND_REDIS_URL"]}
+        )
+        submitted = intake_for(worker_settings, app).submit(event)
+        assert submitted.result is not None  # a fresh private Redis: the group is new
+        notification = submitted.result.get(timeout=900)
+        console.print(
+            Panel(
+                Text(render_console(notification["blocks"]).rstrip()),
+                title="Slack message",
+                expand=False,
+            )
+        )
+        console.print(
+            f"delivered to: {notification['destination']}; the chain crossed: "
+            + " → ".join(f"{v['stage']}[{v['queue']}]" for v in notification["trail"]),
+            highlight=False,
+            markup=False,
+        )
+    return 0

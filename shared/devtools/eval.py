@@ -1,0 +1,462 @@
+"""Retrieval evaluation: bug-localization cases against their projects' source, per mode.
+
+``tracehound eval`` and ``benchmarks/retrieval.py`` run this. Each case pairs an error report
+with the files its fix changed; the case's corpus is indexed in process through the pipeline's
+own chunking, tokenizing, query building, frame mapping and fusion (only the stores differ: a
+numpy matrix instead of Chroma, an in-memory BM25Okapi instead of the Redis corpus), then every
+mode ranks files and file-level Recall@k and MRR are computed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sqlite3
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rank_bm25 import BM25Okapi
+
+from shared.core.domain import Chunk, ChunkHit
+from shared.devtools.calibration import suggest_threshold
+from shared.index.chunking import CHUNKER_VERSION, chunk_file, defined_names, embedding_text
+from shared.index.reindex import IndexReport, collect
+from shared.index.tokens import tokenize
+from shared.intake.events import event_from_text
+from shared.intake.frames import PathMapper, parse_frames
+from shared.models.embedder import Embedder
+from shared.models.reranker import Reranker, relevance, rerank_candidates
+from shared.retrieve.hybrid import hybrid_retrieve
+from shared.retrieve.keywords import chunks_covering, defining, symbol_table
+from shared.retrieve.query import build_query
+
+log = logging.getLogger(__name__)
+
+KS = (1, 3, 5, 10)
+BASE_MODES = ("vector", "bm25", "frames", "symbols", "hybrid", "hybrid+frames", "all")
+MODE_SIGNALS: dict[str, frozenset[str]] = {
+    "vector": frozenset({"vector"}),
+    "bm25": frozenset({"bm25"}),
+    "frames": frozenset({"frames"}),
+    "symbols": frozenset({"symbols"}),
+    "hybrid": frozenset({"vector", "bm25"}),
+    "hybrid+frames": frozenset({"vector", "bm25", "frames"}),
+    "all": frozenset({"vector", "bm25", "frames", "symbols"}),  # what the pipeline runs
+}
+RERANK_SUFFIX = "+rerank"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    corpus: str  # <pypi_name>-<pypi_version>
+    query: str
+    gold: tuple[str, ...]
+    kind: str = ""
+
+
+def load_cases(path: Path, *, limit: int | None = None) -> list[Case]:
+    cases: list[Case] = []
+    for n, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+            cases.append(
+                Case(
+                    id=str(raw["id"]),
+                    corpus=f"{raw['pypi_name']}-{raw['pypi_version']}",
+                    query=str(raw["query"]),
+                    gold=tuple(raw["gold_files"]),
+                    kind=str(raw.get("query_kind", "")),
+                )
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}:{n}: not a case ({exc})") from exc
+        if limit is not None and len(cases) >= limit:
+            break
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+
+
+def recall_at(ranked: Sequence[str], gold: Collection[str], k: int) -> float:
+    """|gold ∩ top-k| / |gold|."""
+    if not gold:
+        return 0.0
+    return len(set(ranked[:k]) & set(gold)) / len(set(gold))
+
+
+def reciprocal_rank(ranked: Sequence[str], gold: Collection[str]) -> float:
+    """1 / rank of the first gold file; 0 when none was ranked."""
+    for rank, path in enumerate(ranked, start=1):
+        if path in gold:
+            return 1.0 / rank
+    return 0.0
+
+
+def summarize(per_case: Iterable[tuple[Sequence[str], Collection[str]]]) -> dict[str, float]:
+    rows = list(per_case)
+    out: dict[str, float] = {"cases": float(len(rows))}
+    for k in KS:
+        out[f"recall@{k}"] = sum(recall_at(r, g, k) for r, g in rows) / len(rows) if rows else 0.0
+    out["mrr"] = sum(reciprocal_rank(r, g) for r, g in rows) / len(rows) if rows else 0.0
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Embedding cache
+
+
+class EmbeddingCache:
+    """Chunk vectors on disk, keyed by model, chunker version and the embedded text.
+
+    The text holds the chunk's path, so a file unchanged between two releases costs nothing the
+    second time, and a chunker or model change never reuses stale vectors.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path)
+        self._db.execute("CREATE TABLE IF NOT EXISTS vec (key TEXT PRIMARY KEY, v BLOB)")
+
+    @staticmethod
+    def key(model: str, text: str) -> str:
+        raw = f"{model}\0{CHUNKER_VERSION}\0{text}".encode("utf-8", errors="replace")
+        return hashlib.sha1(raw).hexdigest()
+
+    def get(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        for i in range(0, len(keys), 900):  # SQLite's bound-parameter limit
+            part = keys[i : i + 900]
+            marks = ",".join("?" * len(part))
+            for key, blob in self._db.execute(
+                f"SELECT key, v FROM vec WHERE key IN ({marks})", part
+            ):
+                found[key] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def put(self, items: Iterable[tuple[str, np.ndarray]]) -> None:
+        self._db.executemany(
+            "INSERT OR REPLACE INTO vec VALUES (?, ?)",
+            ((k, np.asarray(v, dtype=np.float32).tobytes()) for k, v in items),
+        )
+        self._db.commit()
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def embed_chunks(
+    chunks: Sequence[Chunk],
+    embedder: Embedder,
+    cache: EmbeddingCache | None,
+    *,
+    batch: int = 256,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> np.ndarray:
+    """A (n, dim) float32 matrix of L2-normalised chunk vectors, cached ones reused."""
+    texts = [embedding_text(c) for c in chunks]
+    keys = [EmbeddingCache.key(embedder.model, t) for t in texts]
+    have = cache.get(keys) if cache else {}
+    todo = sorted({k: i for i, k in enumerate(keys) if k not in have}.values())
+    for n in range(0, len(todo), batch):
+        part = todo[n : n + batch]
+        vectors = embedder.embed([texts[i] for i in part])
+        fresh = [
+            (keys[i], np.asarray(v, dtype=np.float32)) for i, v in zip(part, vectors, strict=True)
+        ]
+        have.update(fresh)
+        if cache:
+            cache.put(fresh)
+        if on_progress:
+            on_progress(min(n + batch, len(todo)), len(todo))
+    if not chunks:
+        return np.zeros((0, 1), dtype=np.float32)
+    matrix = np.vstack([have[k] for k in keys]).astype(np.float32)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return matrix / np.maximum(norms, 1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# In-process index over one corpus
+
+
+class MemoryIndex:
+    """Vector, keyword and chunk-locating index of one corpus, held in memory.
+
+    Implements the ``VectorIndex.query``, ``KeywordIndex.search`` and ``ChunkLocator`` parts the
+    retrieval stage calls; BM25 documents are tokenized exactly as the Redis corpus does.
+    """
+
+    def __init__(self, chunks: Sequence[Chunk], vectors: np.ndarray | None) -> None:
+        self.chunks = list(chunks)
+        self.vectors = vectors
+        tokens = [tokenize(f"{c.path}\n{c.text}") for c in self.chunks]
+        self.bm25 = BM25Okapi(tokens) if tokens else None
+        self.by_path: dict[str, list[int]] = {}
+        for i, c in enumerate(self.chunks):
+            self.by_path.setdefault(c.path, []).append(i)
+        self.symbols = symbol_table([defined_names(c) for c in self.chunks])
+        self._memo: dict[tuple[str, str, int], list[ChunkHit]] = {}
+
+    def _hit(self, i: int, score: float) -> ChunkHit:
+        c = self.chunks[i]
+        return ChunkHit(
+            chunk_id=c.id,
+            path=c.path,
+            start_line=c.start_line,
+            end_line=c.end_line,
+            text=c.text,
+            score=score,
+        )
+
+    @staticmethod
+    def _top(scores: np.ndarray, n: int, *, positive: bool) -> list[tuple[int, float]]:
+        n = min(n, len(scores))
+        if n <= 0:
+            return []
+        top = np.argpartition(-scores, n - 1)[:n]
+        ranked = sorted(((int(i), float(scores[i])) for i in top), key=lambda p: (-p[1], p[0]))
+        return [(i, s) for i, s in ranked if s > 0 or not positive]
+
+    def query(self, repo: str, vector: Sequence[float], n: int) -> list[ChunkHit]:
+        if self.vectors is None or not len(self.chunks):
+            return []
+        key = ("v", hashlib.sha1(np.asarray(vector, np.float32).tobytes()).hexdigest(), n)
+        if key not in self._memo:
+            scores = self.vectors @ np.asarray(vector, dtype=np.float32)
+            self._memo[key] = [self._hit(i, s) for i, s in self._top(scores, n, positive=False)]
+        return self._memo[key]
+
+    def search(self, repo: str, text: str, n: int) -> list[ChunkHit]:
+        key = ("k", text, n)
+        if key not in self._memo:
+            query = tokenize(text)
+            if self.bm25 is None or not query:
+                return []
+            scores = np.asarray(self.bm25.get_scores(query))
+            self._memo[key] = [self._hit(i, s) for i, s in self._top(scores, n, positive=True)]
+        return self._memo[key]
+
+    def paths(self, repo: str) -> Collection[str]:
+        return self.by_path.keys()
+
+    def chunks_at(self, repo: str, path: str, line: int | None) -> list[ChunkHit]:
+        spans = [
+            (self.chunks[i].start_line, self.chunks[i].end_line, i)
+            for i in self.by_path.get(path, [])
+        ]
+        return [self._hit(i, 0.0) for i in chunks_covering(spans, line)]
+
+    def defining(self, repo: str, names: Sequence[str]) -> list[ChunkHit]:
+        return [self._hit(i, 0.0) for i in defining(self.symbols, names)]
+
+
+def load_corpus(
+    root: Path,
+    *,
+    size: int = 60,
+    overlap: int = 10,
+    max_chars: int = 6000,
+    max_bytes: int = 1_000_000,
+) -> list[Chunk]:
+    """Every indexable file under ``root`` chunked as the indexer chunks it."""
+    report = IndexReport(repo=root.name)
+    chunks: list[Chunk] = []
+    for f in collect(root, max_bytes=max_bytes, report=report):
+        chunks.extend(
+            chunk_file(root.name, f.path, f.text, size=size, overlap=overlap, max_chars=max_chars)
+        )
+    return chunks
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+@dataclass
+class EvalReport:
+    embedder: str
+    modes: list[str]
+    summary: dict[str, dict[str, float]] = field(default_factory=dict)
+    cases: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    # +rerank modes: the TRACEHOUND_MIN_RELEVANCE these cases suggest (shared.devtools.calibration)
+    calibration: dict[str, dict[str, float | int] | None] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "embedder": self.embedder,
+            "chunker": CHUNKER_VERSION,
+            "modes": self.modes,
+            "summary": self.summary,
+            "calibration": self.calibration,
+            "skipped": self.skipped,
+            "cases": self.cases,
+        }
+
+
+def run_eval(
+    cases: Sequence[Case],
+    corpora: Path,
+    *,
+    embedder: Embedder,
+    modes: Sequence[str] = BASE_MODES,
+    reranker: Reranker | None = None,
+    cache: EmbeddingCache | None = None,
+    depth: int = 50,
+    rrf_k: int = 60,
+    query_prefix: str = "",
+    prior: Callable[[str], float] | None = None,
+    shown: int = 5,
+    keep_files: int = 20,
+    on_event: Callable[[str], None] | None = None,
+) -> EvalReport:
+    """Every case's ranked files per mode; cases are grouped so each corpus is indexed once.
+
+    With a reranker, each +rerank mode also suggests a minimum relevance: the best rerank
+    score that separates cases whose first ``shown`` files hold the fix from those that do not.
+    """
+    say = on_event or (lambda _msg: None)
+    report = EvalReport(embedder=embedder.model, modes=list(modes))
+    ranked_by_mode: dict[str, list[tuple[list[str], tuple[str, ...]]]] = {m: [] for m in modes}
+    relevance_by_mode: dict[str, list[tuple[float, bool]]] = {}
+    by_corpus: dict[str, list[Case]] = {}
+    for case in cases:
+        by_corpus.setdefault(case.corpus, []).append(case)
+    for corpus_name, group in by_corpus.items():
+        root = corpora / corpus_name
+        if not root.is_dir():
+            for case in group:
+                report.skipped.append({"id": case.id, "reason": f"corpus missing: {root}"})
+            say(f"skip {corpus_name}: corpus missing ({len(group)} cases)")
+            continue
+        chunks = load_corpus(root)
+        needs_vectors = any("vector" in MODE_SIGNALS[m.removesuffix(RERANK_SUFFIX)] for m in modes)
+        vectors = None
+        if needs_vectors:
+
+            def progress(done: int, total: int, name: str = corpus_name) -> None:
+                say(f"embedding {name}: {done}/{total}")
+
+            vectors = embed_chunks(chunks, embedder, cache, on_progress=progress)
+        index = MemoryIndex(chunks, vectors)
+        say(f"indexed {corpus_name}: {len(index.by_path)} files, {len(chunks)} chunks")
+        mapper = PathMapper(index.paths(corpus_name))
+        for case in group:
+            event = event_from_text(case.query, service=corpus_name, repo=corpus_name)
+            query = build_query(event)
+            vector = embedder.embed([query_prefix + query])[0] if needs_vectors else None
+            frames = mapper.map_frames(parse_frames(query))
+            row: dict[str, Any] = {
+                "id": case.id,
+                "corpus": corpus_name,
+                "kind": case.kind,
+                "gold": list(case.gold),
+                "missing_gold": [g for g in case.gold if g not in index.by_path],
+                "query": query,
+                "frames": [f"{f.path}:{f.line} {f.function}" for f in frames],
+                "modes": {},
+            }
+            for mode in modes:
+                base = mode.removesuffix(RERANK_SUFFIX)
+                found = hybrid_retrieve(
+                    corpus_name,
+                    query,
+                    vector,
+                    vectors=index,
+                    keywords=index,
+                    locator=index,
+                    depth=depth,
+                    rrf_k=rrf_k,
+                    signals=MODE_SIGNALS[base],
+                    prior=prior,
+                )
+                candidates = found.candidates
+                if mode.endswith(RERANK_SUFFIX) and reranker is not None and candidates:
+                    candidates = rerank_candidates(
+                        query, candidates, reranker, top_k=len(candidates)
+                    )
+                ranked = [c.path for c in candidates]
+                ranked_by_mode[mode].append((ranked, case.gold))
+                row["modes"][mode] = {
+                    "files": ranked[:keep_files],
+                    "recall@5": recall_at(ranked, case.gold, 5),
+                    "rr": reciprocal_rank(ranked, case.gold),
+                }
+                best = candidates[0].rerank_score if candidates else None
+                if best is not None:
+                    held = recall_at(ranked, case.gold, shown) > 0
+                    score = relevance(best)
+                    relevance_by_mode.setdefault(mode, []).append((score, held))
+                    row["modes"][mode]["best_relevance"] = score
+            report.cases.append(row)
+    report.summary = {m: summarize(ranked_by_mode[m]) for m in modes}
+    for mode, points in relevance_by_mode.items():
+        suggested = suggest_threshold(points)
+        report.calibration[mode] = suggested.to_json() if suggested else None
+    return report
+
+
+class SimulatorEmbedder:
+    """The Ollama simulator's hashed token embedding, in process: no model, no server (CI)."""
+
+    def __init__(self, dim: int = 256) -> None:
+        self.dim = dim
+        self.model = f"simulator-hashed-{dim}"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        from shared.devtools.simulators.ollama import hashed_embedding
+
+        return [hashed_embedding(t, self.dim) for t in texts]
+
+
+def make_embedder(name: str, *, max_seq_length: int | None = None) -> Embedder:
+    """``simulator`` or ``sentence-transformers`` (the eval extra, all-MiniLM-L6-v2, offline)."""
+    if name == "simulator":
+        return SimulatorEmbedder()
+    if name == "sentence-transformers":
+        from shared.devtools.st_embedder import SentenceTransformerEmbedder
+
+        return SentenceTransformerEmbedder(max_seq_length=max_seq_length)
+    raise ValueError(f"unknown embedder {name!r}: simulator or sentence-transformers")
+
+
+def render_table(report: EvalReport) -> Any:
+    """A rich table: one row per mode, Recall@k and MRR columns."""
+    from rich.table import Table
+
+    n = int(max((s.get("cases", 0) for s in report.summary.values()), default=0))
+    table = Table(title=f"retrieval on {n} cases (embedder {report.embedder})")
+    table.add_column("mode")
+    for k in KS:
+        table.add_column(f"R@{k}", justify="right")
+    table.add_column("MRR", justify="right")
+    for mode in report.modes:
+        s = report.summary.get(mode, {})
+        table.add_row(
+            mode, *(f"{s.get(f'recall@{k}', 0.0):.3f}" for k in KS), f"{s.get('mrr', 0.0):.3f}"
+        )
+    return table
+
+
+def calibration_lines(report: EvalReport) -> list[str]:
+    """One line per +rerank mode: the TRACEHOUND_MIN_RELEVANCE its cases suggest."""
+    lines = []
+    for mode, c in report.calibration.items():
+        if c is None:
+            lines.append(f"{mode}: no threshold suggested (every case hit, or every case missed)")
+            continue
+        lines.append(
+            f"{mode}: TRACEHOUND_MIN_RELEVANCE={c['threshold']:.3f} flags "
+            f"{c['misses_flagged']:.0%} of the {c['misses']} cases whose shown files miss the "
+            f"fix and {c['hits_flagged']:.0%} of the {c['hits']} that hold it"
+        )
+    return lines

@@ -1,0 +1,669 @@
+"""SIMULATOR — a test double of the Slack Web API and incoming webhooks; NOT the real service.
+
+A real loopback HTTP server (standard library only) speaking the wire format ``slack_sdk`` 3.x
+uses, so ``WebClient(token="xoxb-...", base_url=sim.url + "/api/")`` and
+``WebhookClient(sim.url + "/services/...")`` can be tested end to end:
+
+- ``POST /api/chat.postMessage``, ``/api/chat.update``, ``/api/auth.test`` (JSON or form-encoded
+  bodies, JSON strings inside form fields such as ``blocks``, query parameters); other method
+  names answer ``{"ok": false, "error": "unknown_method"}``.
+- Auth from ``Authorization: Bearer ...`` or a ``token`` field: a missing token gives
+  ``not_authed``, an unaccepted one ``invalid_auth`` (HTTP 200, as Slack does).
+- Block Kit limits Slack enforces (50 blocks, 3000-char section text, 150-char header text,
+  10 fields of 2000 chars, ...) give ``invalid_blocks``; no text/blocks/attachments ``no_text``.
+- ``POST /services/...`` incoming webhooks answer ``ok`` (text) or a text error with HTTP 400.
+
+Test controls: accepted tokens and channels, latency, 429 rate limiting with ``Retry-After``,
+injected ``{"ok": false, "error": ...}`` replies, stored messages with update history and a
+thread-safe request log. Over HTTP, for tests in another process: ``GET /_sim/log``,
+``GET /_sim/messages``, ``GET|POST /_sim/config``, ``POST /_sim/reset``. Standalone:
+``python -m shared.devtools.simulators.slack --port N``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from shared.devtools.simulators._loopback import BaseHandler, LoopbackSimulator, run_until_signal
+
+WEBHOOK = "webhook"  # pseudo method name for incoming webhooks in fail() and the log
+RATE_LIMITED_METHODS = frozenset({"chat.postMessage", WEBHOOK})
+TEAM: Mapping[str, str] = MappingProxyType(
+    {"team": "sim", "user": "tracehound", "team_id": "T0SIM", "user_id": "U0SIM", "bot_id": "B0SIM"}
+)
+_JSON_FIELDS = ("blocks", "attachments", "metadata")
+_TS_BASE_MICROS = 1_700_000_000_000_000
+_MAX_BLOCKS = 50
+_MAX_TEXT = 40_000
+
+
+def validate_blocks(blocks: Any) -> list[str]:
+    """Block Kit problems Slack reports as ``invalid_blocks`` (a practical subset)."""
+    if not isinstance(blocks, list):
+        return ["must be an array [json-pointer:/blocks]"]
+    errors: list[str] = []
+    if len(blocks) > _MAX_BLOCKS:
+        errors.append(f"no more than {_MAX_BLOCKS} items allowed [json-pointer:/blocks]")
+    for i, block in enumerate(blocks):
+        where = f"[json-pointer:/blocks/{i}"
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            errors.append(f"missing required field: type {where}]")
+            continue
+        kind = block["type"]
+        text = block.get("text")
+        if kind == "section":
+            fields = block.get("fields")
+            if text is None and not fields:
+                errors.append(f"must provide either text or fields {where}]")
+            if text is not None:
+                errors.extend(_text_errors(text, 3000, f"{where}/text", ("mrkdwn", "plain_text")))
+            if fields is not None:
+                if not isinstance(fields, list) or len(fields) > 10:
+                    errors.append(f"must be an array of at most 10 items {where}/fields]")
+                else:
+                    for j, item in enumerate(fields):
+                        errors.extend(
+                            _text_errors(
+                                item, 2000, f"{where}/fields/{j}", ("mrkdwn", "plain_text")
+                            )
+                        )
+        elif kind == "header":
+            errors.extend(_text_errors(text, 150, f"{where}/text", ("plain_text",)))
+        elif kind == "context":
+            elements = block.get("elements")
+            if not isinstance(elements, list) or not 1 <= len(elements) <= 10:
+                errors.append(f"must be an array of 1 to 10 items {where}/elements]")
+    return errors
+
+
+def _text_errors(obj: Any, limit: int, where: str, kinds: tuple[str, ...]) -> list[str]:
+    if not isinstance(obj, dict):
+        return [f"must be a text object {where}]"]
+    if obj.get("type") not in kinds:
+        return [f"must be one of {list(kinds)} {where}/type]"]
+    text = obj.get("text")
+    if not isinstance(text, str) or not text:
+        return [f"must be a non-empty string {where}/text]"]
+    if len(text) > limit:
+        return [f"must be less than {limit + 1} characters {where}/text]"]
+    return []
+
+
+# ------------------------------------------------------------------------- HTTP plumbing
+
+
+class _Handler(BaseHandler):
+    """Slack's wire details: default JSON separators, text replies as ``text/html``."""
+
+    server_version = "SlackSimulator/0"
+    text_content_type = "text/html; charset=utf-8"
+
+
+# ------------------------------------------------------------------------------ simulator
+
+
+@dataclass
+class _Fault:
+    error: str
+    remaining: int  # -1: forever
+    status: int
+
+
+@dataclass
+class _Reply:
+    status: int
+    payload: Any  # dict -> JSON, str -> text
+    headers: dict[str, str]
+
+    @property
+    def error(self) -> str | None:
+        if isinstance(self.payload, dict) and self.payload.get("ok") is False:
+            return str(self.payload.get("error"))
+        if isinstance(self.payload, str) and self.status != 200:
+            return self.payload
+        return None
+
+
+def _strip_channel(channel: str) -> str:
+    return channel[1:] if channel.startswith("#") else channel
+
+
+class SlackSimulator(LoopbackSimulator):
+    """SIMULATOR of the Slack Web API and incoming webhooks on ``127.0.0.1``: a test double.
+
+    ``valid_tokens=None`` accepts any token starting with ``xoxb-``; ``channels=None`` accepts
+    any channel. ``start()`` binds (port 0 = a free port) and serves in a daemon thread;
+    ``stop()`` drops kept-alive connections too; a later ``start()`` reuses the same port.
+    """
+
+    handler_class = _Handler
+    display_name = "SlackSimulator"
+    thread_name = "slack-simulator"
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        valid_tokens: Iterable[str] | None = None,
+        channels: Iterable[str] | None = None,
+        latency: float = 0.0,
+    ) -> None:
+        super().__init__(host=host, port=port)
+        self._valid_tokens: set[str] | None = None
+        self._channels: set[str] | None = None
+        self._latency = 0.0
+        self._rate_limit_remaining = 0
+        self._retry_after = 1
+        self._rate_limit_top_level_only = False
+        self._faults: dict[str, _Fault] = {}
+        self._messages: list[dict[str, Any]] = []
+        self._ts_counter = 0
+        self.configure(valid_tokens=valid_tokens, channels=channels, latency=latency)
+
+    # ---------------------------------------------------------------- URLs
+
+    @property
+    def api_url(self) -> str:
+        """``base_url`` for ``slack_sdk.WebClient`` (ends with ``/``)."""
+        return f"{self.url}/api/"
+
+    def webhook_url(self, path: str = "/services/T0SIM/B0SIM/simulated") -> str:
+        return f"{self.url}{path if path.startswith('/') else '/' + path}"
+
+    # ------------------------------------------------------------ configuration
+
+    def configure(self, **opts: Any) -> None:
+        """Change options at runtime: ``valid_tokens`` (iterable or None = any ``xoxb-``),
+        ``channels`` (iterable or None = any), ``latency`` (seconds per request)."""
+        unknown = set(opts) - {"valid_tokens", "channels", "latency"}
+        if unknown:
+            raise TypeError(f"unknown SlackSimulator option(s): {sorted(unknown)}")
+
+        def as_set(value: Any, name: str) -> set[str] | None:
+            if value is None:
+                return None
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise TypeError(f"{name} must be a list of strings or null")
+            return set(value)
+
+        with self._lock:
+            if "valid_tokens" in opts:
+                self._valid_tokens = as_set(opts["valid_tokens"], "valid_tokens")
+            if "channels" in opts:
+                channels = as_set(opts["channels"], "channels")
+                self._channels = None if channels is None else {_strip_channel(c) for c in channels}
+            if "latency" in opts:
+                latency = float(opts["latency"] or 0.0)
+                if latency < 0:
+                    raise ValueError("latency must be >= 0")
+                self._latency = latency
+
+    @property
+    def config(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "valid_tokens": None if self._valid_tokens is None else sorted(self._valid_tokens),
+                "channels": None if self._channels is None else sorted(self._channels),
+                "latency": self._latency,
+            }
+
+    def rate_limit(self, times: int, retry_after: int = 1, *, top_level_only: bool = False) -> None:
+        """The next ``times`` chat.postMessage / webhook calls answer HTTP 429 with
+        ``Retry-After`` and ``{"ok": false, "error": "ratelimited"}`` (``times=-1``: until
+        :meth:`reset_faults`); nothing is stored. ``top_level_only``: thread replies
+        (``thread_ts`` set) pass, so a test can aim the 429 at a new message."""
+        if times < -1:
+            raise ValueError("times must be >= 0, or -1 for forever")
+        with self._lock:
+            self._rate_limit_remaining = int(times)
+            self._retry_after = int(retry_after)
+            self._rate_limit_top_level_only = top_level_only
+
+    def fail(
+        self,
+        method_name: str,
+        error: str,
+        times: int = 1,
+        status: int | None = None,
+    ) -> None:
+        """The next ``times`` calls of ``method_name`` (e.g. ``"chat.postMessage"``, or
+        ``"webhook"``) answer ``{"ok": false, "error": error}`` (HTTP ``status``, default 200);
+        webhooks answer ``error`` as text with HTTP ``status`` (default 400)."""
+        if times == 0 or times < -1:
+            raise ValueError("times must be >= 1, or -1 for forever")
+        default = 400 if method_name == WEBHOOK else 200
+        with self._lock:
+            self._faults[method_name] = _Fault(error, int(times), status or default)
+
+    def reset_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+            self._rate_limit_remaining = 0
+
+    def reset(self) -> None:
+        """Clear the log, faults, rate limits and stored messages; configuration stays."""
+        with self._lock:
+            self._log.clear()
+            self._faults.clear()
+            self._rate_limit_remaining = 0
+            self._messages.clear()
+
+    # -------------------------------------------------------------------- state
+
+    def requests_to(self, path: str) -> list[dict[str, Any]]:
+        """Entries whose path is ``path``; ``"chat.postMessage"`` also matches its API path."""
+        return [e for e in self.requests if path in (e["path"], e.get("api_method"))]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """Stored messages: ``channel, ts, text, blocks, attachments, thread_ts, via ("api" |
+        "webhook"), webhook (path), updated, history (earlier versions), extra, t``."""
+        with self._lock:
+            return copy.deepcopy(self._messages)
+
+    def messages_in(self, channel: str) -> list[dict[str, Any]]:
+        key = _strip_channel(channel)
+        return [m for m in self.messages if _strip_channel(m["channel"] or "") == key]
+
+    def clear_messages(self) -> None:
+        with self._lock:
+            self._messages.clear()
+
+    # ------------------------------------------------------------ request flow
+
+    def _handle(self, h: _Handler) -> None:
+        received = time.time()
+        parts = urlsplit(h.path)
+        path = parts.path or "/"
+        raw = h.read_body()
+        if path.startswith("/_sim/"):
+            self._control(h, path, raw)
+            return
+        content_type = h.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        args, parse_error = _parse_args(raw, content_type, parts.query)
+        auth = h.headers.get("Authorization", "")
+        token = auth[7:].strip() if auth.lower().startswith("bearer ") else None
+        if "token" in args:
+            form_token = args.pop("token")
+            token = token or (form_token if isinstance(form_token, str) else None)
+        if path.startswith("/api/"):
+            api_method: str | None = path[len("/api/") :]
+        elif path.startswith("/services/"):
+            api_method = WEBHOOK
+        else:
+            api_method = None
+        entry: dict[str, Any] = {
+            "t": received,
+            "t_end": None,
+            "method": h.command,
+            "path": path,
+            "api_method": api_method,
+            "body": args if parse_error is None else None,
+            "token": token,
+            "status": None,
+            "error": None,
+        }
+        with self._lock:
+            self._record(entry)
+            latency = self._latency
+        if latency:
+            time.sleep(latency)
+        reply = _Reply(500, {"ok": False, "error": "internal_error"}, {})
+        try:
+            reply = self._answer(api_method, path, args, token, parse_error)
+        except Exception as exc:  # a simulator bug: answer rather than hang the client
+            reply = _Reply(500, {"ok": False, "error": f"simulator_error: {exc!r}"}, {})
+        finally:
+            with self._lock:  # before writing, so a client with its answer sees the entry done
+                entry["status"] = reply.status
+                entry["error"] = reply.error
+                entry["t_end"] = time.time()
+            if isinstance(reply.payload, str):
+                h.send_text(reply.status, reply.payload, reply.headers)
+            else:
+                h.send_json(reply.status, reply.payload, reply.headers)
+
+    def _take(self, api_method: str, args: dict[str, Any]) -> _Reply | None:
+        """A rate-limit or injected failure for this call, if one is pending (lock held)."""
+        limited = not (self._rate_limit_top_level_only and args.get("thread_ts"))
+        if api_method in RATE_LIMITED_METHODS and self._rate_limit_remaining != 0 and limited:
+            if self._rate_limit_remaining > 0:
+                self._rate_limit_remaining -= 1
+            return _Reply(
+                429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(self._retry_after)}
+            )
+        fault = self._faults.get(api_method)
+        if fault is None:
+            return None
+        if fault.remaining > 0:
+            fault.remaining -= 1
+            if fault.remaining == 0:
+                del self._faults[api_method]
+        if api_method == WEBHOOK:
+            return _Reply(fault.status, fault.error, {})
+        return _Reply(fault.status, {"ok": False, "error": fault.error}, {})
+
+    def _answer(
+        self,
+        api_method: str | None,
+        path: str,
+        args: dict[str, Any],
+        token: str | None,
+        parse_error: str | None,
+    ) -> _Reply:
+        if api_method is None:
+            return _Reply(404, "not_found", {})
+        with self._lock:
+            injected = self._take(api_method, args)
+        if injected is not None:
+            return injected
+        if api_method == WEBHOOK:
+            return self._webhook(path, args, parse_error)
+        if parse_error is not None:
+            return _fail("invalid_json" if "json" in parse_error else "invalid_form_data")
+        if not token:
+            return _fail("not_authed")
+        with self._lock:
+            valid = self._valid_tokens
+        if (token not in valid) if valid is not None else not token.startswith("xoxb-"):
+            return _fail("invalid_auth")
+        handlers = {
+            "chat.postMessage": self._post_message,
+            "chat.update": self._update,
+            "auth.test": self._auth_test,
+        }
+        handler = handlers.get(api_method)
+        if handler is None:
+            return _Reply(
+                200, {"ok": False, "error": "unknown_method", "req_method": api_method}, {}
+            )
+        return handler(args)
+
+    def _channel_error(self, channel: Any) -> _Reply | None:
+        if not isinstance(channel, str) or not channel:
+            return _fail("channel_not_found")
+        with self._lock:
+            allowed = self._channels
+        if allowed is not None and _strip_channel(channel) not in allowed:
+            return _fail("channel_not_found")
+        return None
+
+    def _next_ts(self) -> str:
+        with self._lock:
+            self._ts_counter += 1
+            micros = _TS_BASE_MICROS + self._ts_counter * 100
+        return f"{micros // 1_000_000}.{micros % 1_000_000:06d}"
+
+    @staticmethod
+    def _content_error(args: Mapping[str, Any]) -> _Reply | None:
+        text, blocks = args.get("text"), args.get("blocks")
+        if not text and not blocks and not args.get("attachments"):
+            return _fail("no_text")
+        if text is not None and not isinstance(text, str):
+            return _fail("invalid_arguments")
+        if isinstance(text, str) and len(text) > _MAX_TEXT:
+            return _fail("msg_too_long")
+        if blocks is not None:
+            errors = validate_blocks(blocks)
+            if errors:
+                return _Reply(
+                    200,
+                    {
+                        "ok": False,
+                        "error": "invalid_blocks",
+                        "errors": errors,
+                        "response_metadata": {"messages": [f"[ERROR] {e}" for e in errors]},
+                    },
+                    {},
+                )
+        return None
+
+    def _post_message(self, args: dict[str, Any]) -> _Reply:
+        channel = args.get("channel")
+        problem = self._channel_error(channel) or self._content_error(args)
+        if problem is not None:
+            return problem
+        ts = self._next_ts()
+        message = self._store(channel, ts, args, via="api", webhook=None)
+        reply_message = {
+            "type": "message",
+            "subtype": "bot_message",
+            "text": message["text"],
+            "ts": ts,
+            "user": TEAM["user_id"],
+            "bot_id": TEAM["bot_id"],
+        }
+        if message["blocks"] is not None:
+            reply_message["blocks"] = message["blocks"]
+        if message["thread_ts"]:
+            reply_message["thread_ts"] = message["thread_ts"]
+        return _Reply(200, {"ok": True, "channel": channel, "ts": ts, "message": reply_message}, {})
+
+    def _store(
+        self, channel: Any, ts: str, args: Mapping[str, Any], *, via: str, webhook: str | None
+    ) -> dict[str, Any]:
+        known = {"channel", "text", "blocks", "attachments", "thread_ts"}
+        thread_ts = args.get("thread_ts")
+        message = {
+            "channel": channel,
+            "ts": ts,
+            "text": args.get("text") or "",
+            "blocks": args.get("blocks"),
+            "attachments": args.get("attachments"),
+            "thread_ts": str(thread_ts) if thread_ts else None,
+            "via": via,
+            "webhook": webhook,
+            "updated": False,
+            "history": [],
+            "extra": {k: v for k, v in args.items() if k not in known},
+            "t": time.time(),
+        }
+        with self._lock:
+            self._messages.append(message)
+            return copy.deepcopy(message)
+
+    def _update(self, args: dict[str, Any]) -> _Reply:
+        channel, ts = args.get("channel"), args.get("ts")
+        problem = self._channel_error(channel)
+        if problem is not None:
+            return problem
+        if not isinstance(ts, str) or not ts:
+            return _fail("message_not_found")
+        blocks = args.get("blocks")
+        if blocks is not None:
+            errors = validate_blocks(blocks)
+            if errors:
+                return _Reply(200, {"ok": False, "error": "invalid_blocks", "errors": errors}, {})
+        text = args.get("text")
+        if isinstance(text, str) and len(text) > _MAX_TEXT:
+            return _fail("msg_too_long")
+        assert isinstance(channel, str)
+        key = _strip_channel(channel)
+        with self._lock:
+            found = next(
+                (
+                    m
+                    for m in self._messages
+                    if m["ts"] == ts and _strip_channel(m["channel"] or "") == key
+                ),
+                None,
+            )
+            if found is None:
+                return _fail("message_not_found")
+            found["history"].append(
+                {"text": found["text"], "blocks": found["blocks"], "t": time.time()}
+            )
+            if text is not None:
+                found["text"] = text
+            if blocks is not None:
+                found["blocks"] = blocks
+            found["updated"] = True
+            message = {
+                "type": "message",
+                "text": found["text"],
+                "ts": ts,
+                "user": TEAM["user_id"],
+                "bot_id": TEAM["bot_id"],
+                "edited": {"user": TEAM["user_id"], "ts": f"{time.time():.6f}"},
+            }
+            if found["blocks"] is not None:
+                message["blocks"] = copy.deepcopy(found["blocks"])
+        return _Reply(
+            200,
+            {"ok": True, "channel": channel, "ts": ts, "text": message["text"], "message": message},
+            {},
+        )
+
+    def _auth_test(self, args: dict[str, Any]) -> _Reply:
+        return _Reply(
+            200,
+            {
+                "ok": True,
+                "url": "https://tracehound-sim.slack.com/",
+                **TEAM,
+                "is_enterprise_install": False,
+            },
+            {},
+        )
+
+    def _webhook(self, path: str, args: dict[str, Any], parse_error: str | None) -> _Reply:
+        if parse_error is not None or not args:
+            return _Reply(400, "invalid_payload", {})
+        problem = self._content_error(args)
+        if problem is not None:
+            assert isinstance(problem.payload, dict)
+            return _Reply(400, str(problem.payload["error"]), {})
+        self._store(args.get("channel"), self._next_ts(), args, via="webhook", webhook=path)
+        return _Reply(200, "ok", {})
+
+    # ---------------------------------------------------------------- control
+
+    def _control(self, h: _Handler, path: str, raw: bytes) -> None:
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+        except (ValueError, UnicodeDecodeError) as exc:
+            h.send_json(400, {"ok": False, "error": f"invalid JSON: {exc}"})
+            return
+        method = h.command
+        try:
+            if method == "GET" and path == "/_sim/log":
+                h.send_json(200, self.requests)
+            elif method == "GET" and path == "/_sim/messages":
+                h.send_json(200, self.messages)
+            elif method == "GET" and path == "/_sim/config":
+                h.send_json(200, self.config)
+            elif method == "POST" and path == "/_sim/reset":
+                self.reset()
+                h.send_json(200, {"ok": True})
+            elif method == "POST" and path == "/_sim/config":
+                if not isinstance(body, dict):
+                    raise TypeError("config body must be a JSON object")
+                options = dict(body)
+                rate = options.pop("rate_limit", None)
+                faults = options.pop("fail", None)
+                if options.pop("reset_faults", False):
+                    self.reset_faults()
+                self.configure(**options)
+                if rate is not None:
+                    self.rate_limit(
+                        int(rate["times"]),
+                        int(rate.get("retry_after", 1)),
+                        top_level_only=bool(rate.get("top_level_only", False)),
+                    )
+                for item in faults if isinstance(faults, list) else [faults] if faults else []:
+                    self.fail(
+                        str(item["method"]),
+                        str(item["error"]),
+                        int(item.get("times", 1)),
+                        item.get("status"),
+                    )
+                h.send_json(200, self.config)
+            else:
+                h.send_json(404, {"ok": False, "error": "unknown_control_endpoint"})
+        except (TypeError, ValueError, KeyError) as exc:
+            h.send_json(400, {"ok": False, "error": str(exc)})
+
+
+def _fail(error: str) -> _Reply:
+    return _Reply(200, {"ok": False, "error": error}, {})
+
+
+def _parse_args(raw: bytes, content_type: str, query: str) -> tuple[dict[str, Any], str | None]:
+    """Query parameters plus a JSON or form body; JSON strings in ``blocks`` etc. decoded."""
+    args: dict[str, Any] = dict(parse_qsl(query, keep_blank_values=True))
+    if not raw.strip():
+        return args, None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return args, f"invalid encoding: {exc}"
+    if content_type == "application/json" or (not content_type and text.lstrip()[:1] in "{["):
+        try:
+            body = json.loads(text)
+        except ValueError as exc:
+            return args, f"invalid json: {exc}"
+        if not isinstance(body, dict):
+            return args, "invalid json: body is not an object"
+        args.update(body)
+        return args, None
+    if content_type in ("application/x-www-form-urlencoded", ""):
+        form = dict(parse_qsl(text, keep_blank_values=True))
+        if "payload" in form and len(form) == 1:  # legacy webhook form: payload=<json>
+            try:
+                payload = json.loads(form["payload"])
+            except ValueError as exc:
+                return args, f"invalid json payload: {exc}"
+            if isinstance(payload, dict):
+                form = payload
+        args.update(form)
+        for name in _JSON_FIELDS:
+            value = args.get(name)
+            if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
+                try:
+                    args[name] = json.loads(value)
+                except ValueError:
+                    pass  # left as a string; block validation reports it
+        return args, None
+    return args, f"unsupported content type {content_type!r}"
+
+
+# ----------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the simulator in the foreground; prints its URL, stops on SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(
+        prog="python -m shared.devtools.simulators.slack",
+        description="SIMULATOR of the Slack Web API and incoming webhooks (a test double).",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 = any free port")
+    parser.add_argument("--channels", default=None, help="comma-separated; default: any")
+    parser.add_argument("--tokens", default=None, help="comma-separated; default: any xoxb-")
+    parser.add_argument("--latency", type=float, default=0.0, metavar="SECONDS")
+    args = parser.parse_args(argv)
+
+    def split(value: str | None) -> list[str] | None:
+        return None if value is None else [v.strip() for v in value.split(",") if v.strip()]
+
+    sim = SlackSimulator(
+        host=args.host,
+        port=args.port,
+        valid_tokens=split(args.tokens),
+        channels=split(args.channels),
+        latency=args.latency,
+    )
+    return run_until_signal(sim)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""Keeping both indexes in step with the source: plan a file's chunks, store, remove, prune."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from shared.core.domain import Chunk
+from shared.core.settings import Settings
+from shared.index.chunking import chunk_file, embedding_text
+from shared.index.corpus import RedisCorpus
+from shared.index.vectors import VectorIndex
+from shared.models.embedder import Embedder
+
+
+@dataclass
+class FilePlan:
+    """What a file's new text needs: chunks to embed and store, chunk ids to drop."""
+
+    path: str
+    chunk_ids: list[str]
+    missing: list[Chunk] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)
+
+
+def plan_file(
+    repo: str,
+    path: str,
+    text: str,
+    *,
+    settings: Settings,
+    vectors: VectorIndex,
+    corpus: RedisCorpus,
+) -> FilePlan:
+    """Chunks already present in both indexes are skipped: unchanged text costs no embedding."""
+    chunks = chunk_file(
+        repo,
+        path,
+        text,
+        size=settings.chunk_lines,
+        overlap=settings.chunk_overlap,
+        max_chars=settings.chunk_max_chars,
+    )
+    ids = [c.id for c in chunks]
+    present = vectors.existing_ids(repo, ids) & corpus.existing_ids(repo, ids)
+    previous = set(corpus.file_ids(repo, path))
+    return FilePlan(
+        path=path,
+        chunk_ids=ids,
+        missing=[c for c in chunks if c.id not in present],
+        stale=sorted(previous - set(ids)),
+    )
+
+
+def store_chunks(
+    repo: str,
+    chunks: Sequence[Chunk],
+    *,
+    embedder: Embedder,
+    vectors: VectorIndex,
+    corpus: RedisCorpus,
+    document_prefix: str = "",
+) -> int:
+    """Embed (batched) and write to Chroma first, then BM25: a chunk in BM25 is always in both."""
+    if not chunks:
+        return 0
+    embedded = embedder.embed([document_prefix + embedding_text(c) for c in chunks])
+    vectors.upsert(repo, chunks, embedded)
+    corpus.add(repo, chunks)
+    return len(chunks)
+
+
+def finish_file(repo: str, plan: FilePlan, *, vectors: VectorIndex, corpus: RedisCorpus) -> None:
+    """After the new chunks are stored: drop the file's old chunks, record its new ids.
+
+    Stale ids are taken again at this point, not only at planning time: two saves planned
+    against the same old version must not leave the first save's chunks behind.
+    """
+    stale = sorted((set(plan.stale) | set(corpus.file_ids(repo, plan.path))) - set(plan.chunk_ids))
+    vectors.delete(repo, stale)
+    corpus.delete(repo, stale)
+    if plan.chunk_ids:
+        corpus.set_file_ids(repo, plan.path, plan.chunk_ids)
+    else:
+        corpus.forget_file(repo, plan.path)
+
+
+def remove_path(repo: str, path: str, *, vectors: VectorIndex, corpus: RedisCorpus) -> int:
+    """Every chunk of a deleted file leaves both indexes; returns how many."""
+    ids = sorted(set(corpus.file_ids(repo, path)) | set(vectors.ids_for_path(repo, path)))
+    vectors.delete(repo, ids)
+    corpus.delete(repo, ids)
+    corpus.forget_file(repo, path)
+    return len(ids)
+
+
+def prune(
+    repo: str, live_paths: Iterable[str], *, vectors: VectorIndex, corpus: RedisCorpus
+) -> list[str]:
+    """Remove files that are indexed but no longer on disk; returns their paths."""
+    gone = sorted(corpus.paths(repo) - set(live_paths))
+    for path in gone:
+        remove_path(repo, path, vectors=vectors, corpus=corpus)
+    return gone

@@ -1,0 +1,100 @@
+"""Indexing a whole repository from the outside: walk, read, batch, enqueue, wait, prune."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from celery import Celery
+from celery.result import AsyncResult
+
+from shared.core.errors import PermanentError
+from shared.core.pipeline import enqueue_files, enqueue_prune
+from shared.index.chunking import language_of
+from shared.index.sources import Skipped, SourceFile, read_source, walk
+
+log = logging.getLogger(__name__)
+
+BATCH_BYTES = 512 * 1024
+BATCH_FILES = 64
+
+
+@dataclass
+class IndexReport:
+    repo: str
+    files: int = 0
+    chunks: int = 0
+    embedded: int = 0
+    removed_files: list[str] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+    def skip_reasons(self) -> Counter[str]:
+        return Counter(s.reason.split(" (")[0] for s in self.skipped)
+
+
+def collect(root: Path, *, max_bytes: int, report: IndexReport) -> Iterator[SourceFile]:
+    """Indexable files under ``root``; every skipped one is logged and reported with a reason."""
+    for rel in walk(root):
+        if language_of(rel) is None:
+            report.skipped.append(Skipped(rel, "not a source file"))
+            continue
+        got = read_source(root, rel, max_bytes=max_bytes)
+        if isinstance(got, Skipped):
+            log.info("index.skip", extra={"path": rel, "reason": got.reason})
+            report.skipped.append(got)
+            continue
+        yield got
+
+
+def batches(files: Iterator[SourceFile]) -> Iterator[list[SourceFile]]:
+    batch: list[SourceFile] = []
+    size = 0
+    for f in files:
+        batch.append(f)
+        size += len(f.text)
+        if size >= BATCH_BYTES or len(batch) >= BATCH_FILES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def index_repository(
+    app: Celery,
+    root: Path,
+    repo: str,
+    *,
+    max_bytes: int,
+    timeout: float = 3600.0,
+    on_total: Callable[[int], None] = lambda n: None,
+    on_done: Callable[[int], None] = lambda n: None,
+) -> IndexReport:
+    """Send every indexable file to the index queue, wait for all, then prune deleted files."""
+    if not root.is_dir():
+        raise PermanentError(f"index path {str(root)!r} does not exist or is not a directory")
+    report = IndexReport(repo)
+    files = list(collect(root, max_bytes=max_bytes, report=report))
+    on_total(len(files))
+    pending: list[tuple[AsyncResult, int, list[str]]] = []
+    for batch in batches(iter(files)):
+        payload = [{"path": f.path, "text": f.text} for f in batch]
+        pending.append((enqueue_files(app, repo, payload), len(batch), [f.path for f in batch]))
+    for result, n, paths in pending:
+        try:
+            summary = result.get(timeout=timeout, propagate=True)
+        except Exception as exc:  # a failed batch is reported; the others still count
+            report.failed.extend(f"{p}: {exc}" for p in paths)
+            on_done(n)
+            continue
+        report.files += int(summary["files"])
+        report.chunks += int(summary["chunks"])
+        report.embedded += int(summary["embedded"])
+        on_done(n)
+    if not report.failed:  # pruning after a partial failure could drop files that still exist
+        pruned = enqueue_prune(app, repo, [f.path for f in files]).get(timeout=timeout)
+        report.removed_files = list(pruned["removed_files"])
+    return report

@@ -1,0 +1,1 @@
+"""Intake: raw input to one ErrorEvent, then redaction, fingerprint and group count."""

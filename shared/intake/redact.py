@@ -1,0 +1,373 @@
+"""Secrets redacted before embedding, the LLM and Slack: one pass of regex rules over error text.
+
+Every rule replaces what it matches with ``[REDACTED:<rule>]`` (key-value rules keep the key and
+separator). The rules are written to stay linear on multi-megabyte traces: each starts at a
+literal or a narrow character class, repeats are possessive or bounded, and no quantified group
+can match the same text two ways. Redacting twice gives the same text as redacting once: no rule
+matches a marker, and values starting with ``[REDACTED`` are skipped.
+
+Decisions worth knowing:
+
+- Key-value rules (``password=…``, ``token: …``, ``"secret": "…"``) skip values that are plainly
+  code, not data: a dotted attribute chain (``settings.DB_PASSWORD``), a call (``get_token(``),
+  ``None``/``null``/``true``, and placeholders (``${X}``, ``{{x}}``, ``%(x)s``, ``***``). With a
+  ``:`` separator an unquoted value must contain a non-letter, so prose such as
+  ``invalid token: expired`` stays readable while ``password: s3cret`` is redacted.
+- Emails are redacted, except the ``git@github.com:org/repo`` shape of SSH remotes (followed by
+  ``:path``) and the user part of a URL (``https://user@host``): those name a host, not a person.
+- ``Bearer <t>`` needs a token with a digit or symbol, or 20+ characters, and a bare
+  ``Basic <b64>`` a digit or ``+/=``, so ``Bearer authentication failed`` is left alone. After an
+  ``Authorization`` key any credential goes (rule ``authorization`` when the shape rules above
+  did not take it), whatever the scheme.
+- A value longer than the key-value grammar allows is still removed whole (possessive repeats,
+  no upper bound), so redaction never leaves a secret's tail behind.
+- A PEM private key is removed whole, BEGIN to END; when the text was cut before END, the BEGIN
+  line and the base64 lines after it are removed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shared.core.domain import ErrorEvent
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named pattern; ``replacement`` is an ``re.sub`` template (groups allowed).
+
+    ``triggers``: lowercase substrings one of which every match contains; a text holding none
+    of them skips the rule (a cheap ``in`` test instead of a regex pass). Empty: always run.
+    """
+
+    name: str
+    pattern: re.Pattern[str]
+    replacement: str
+    triggers: tuple[str, ...] = ()
+
+
+def _marker(name: str) -> str:
+    return f"[REDACTED:{name}]"
+
+
+# Speed: CPython's regex search skips ahead quickly only when a pattern starts with a literal or
+# one character class; a leading lookbehind or alternation costs ~0.2 s per rule on 5 MB. So
+# every pattern starts with its first literal character, and word-boundary checks are
+# lookbehinds placed after it.
+
+_END = r"(?![A-Za-z0-9_-])"
+
+
+def _keywords(*words: str) -> str:
+    """Any of ``words`` (lowercase; the first character literal) starting a word (``db_token``,
+    ``x-auth-token``) or a camelCase hump (``accessToken``), in any case."""
+    firsts = sorted({w[0] for w in words})
+    cls = "[" + "".join(f + f.upper() for f in firsts) + "]"
+    branches = []
+    for word in words:
+        f, up = word[0], word[0].upper()
+        branches.append(
+            rf"(?:(?<=[{f}{up}])(?<![A-Za-z0-9][{f}{up}])|(?<=[a-z]{up}))(?i:{word[1:]})"
+        )
+    return cls + "(?:" + "|".join(branches) + ")"
+
+
+# --- key-value rules ---------------------------------------------------------------------------
+
+# A character of an unquoted value: stops at whitespace, quotes, separators and brackets.
+_V = r"""[^\s"'`,;&(){}\[\]<>\\]"""
+_NOT_V = r"""(?:[\s"'`,;&(){}\[\]<>\\]|$)"""
+_V_NON_LETTER = r"""[^A-Za-z\s"'`,;&(){}\[\]<>\\]"""
+# Unquoted values that are code or placeholders, not secrets: ${X}, {{x}}, %(x)s, ***, literals,
+# a dotted attribute chain (settings.DB_PASSWORD; later parts without digits, unlike tokens
+# such as ya29.a0Af) or a call (get_token().
+_CODE_VALUE = (
+    r"(?!\$\{|\{\{|%\(|\*{3}"
+    r"|(?:None|null|nil|undefined|true|false|True|False)" + _NOT_V + r"|[A-Za-z_$][\w$]*+"
+    r"(?:(?:\.[A-Za-z_$]++)++" + _NOT_V + r"|(?:\.[A-Za-z_$][\w$]*+)*+\())"
+)
+
+
+def _kv(keys: str) -> re.Pattern[str]:
+    """``<key><sep><value>`` where the regex ``keys`` names a secret.
+
+    Groups: ``pre`` (key and separator, kept) and the opening quote of a quoted value (``dq``,
+    ``sq``, or ``eq`` for a JSON-escaped ``\\"``), put back around the marker. With a ``:``
+    separator an unquoted value must hold a non-letter (prose: ``invalid token: expired``).
+    """
+    return re.compile(
+        r"(?P<pre>" + keys + r"(?:\\?[\"'])?[ \t]{0,3}(?:(?P<colon>:)|=>|=)[ \t]{0,3})"
+        r"(?:"
+        r"(?P<eq>\\\")(?!\[REDACTED)[^\"\\\n]++(?:\\\")?"
+        r"|(?P<dq>\")(?!\[REDACTED)[^\"\n]++\"?"
+        r"|(?P<sq>')(?!\[REDACTED)[^'\n]++'?"
+        r"|" + _CODE_VALUE + r"(?(colon)(?=[A-Za-z]*+" + _V_NON_LETTER + r"))"
+        r"(?>" + _V + r"++)(?!\()"
+        r")"
+    )
+
+
+def _kv_replacement(name: str) -> str:
+    return r"\g<pre>\g<eq>\g<dq>\g<sq>" + _marker(name) + r"\g<eq>\g<dq>\g<sq>"
+
+
+# "password" is unambiguous even glued to a prefix (PGPASSWORD); "pwd" must start a word.
+_PASSWORD_KEYS = (
+    r"[Pp](?:(?i:ass(?:w(?:or)?d|phrase))(?:[_-]?(?i:confirm(?:ation)?))?"
+    r"|(?:(?<![A-Za-z0-9][Pp])|(?<=[a-z]P))(?i:wd))" + _END
+)
+_SECRET_KEYS = (
+    "(?:"
+    + _keywords("secret", "credentials?", "private")
+    + r")(?:(?<=[Pp]rivate|PRIVATE)[_-]?(?i:key)|(?<![Pp]rivate|PRIVATE)(?:[_-]?(?i:key))?)"
+    + _END
+)
+_TOKEN_KEYS = _keywords("token") + r"(?:[_-]?(?i:key))?" + _END
+_API_KEY_KEYS = _keywords("api") + r"[_-]?(?i:key|token|secret)" + _END
+
+# --- token shapes ------------------------------------------------------------------------------
+
+_TOKEN = r"[A-Za-z0-9\-._~+/]"
+
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN (?:[A-Z0-9]+ ){0,4}PRIVATE KEY(?: BLOCK)?-----"
+    r"(?:"
+    # complete: the body up to the matching END, never past another BEGIN/END marker
+    r"(?:(?!-----(?:BEGIN|END) )[\s\S]){0,65536}?-----END (?:[A-Z0-9]+ ){0,4}PRIVATE KEY"
+    r"(?: BLOCK)?-----"
+    # cut before END: base64 on the same line, after JSON-escaped newlines, or on whole lines
+    r"|(?:[ \t]+[A-Za-z0-9+/=]++){0,500}"
+    r"(?:\\r?\\n(?:[A-Za-z0-9+/=]++|(?:Proc-Type|DEK-Info):[ \t]?[\w,\- ]{0,100}))*+"
+    r"(?:\r?\n[ \t]*+(?:[A-Za-z0-9+/=]++|(?:Proc-Type|DEK-Info):[ \t]?[\w,\- ]{0,100})[ \t]*+"
+    r"(?=\r?\n|$))*+"
+    r")"
+)
+
+DEFAULT_RULES: tuple[Rule, ...] = (
+    Rule("private_key", _PRIVATE_KEY, _marker("private_key"), ("private key",)),
+    # scheme://user:password@host -> keep scheme, user and host
+    Rule(
+        "url_password",
+        re.compile(
+            r"(?P<pre>://(?<=[A-Za-z0-9+.-]://)[^\s:/?#@'\"<>]{0,128}:)"
+            r"(?!\[REDACTED)[^\s/?#@'\"<>]{1,256}+(?=@)"
+        ),
+        r"\g<pre>" + _marker("url_password"),
+        ("://",),
+    ),
+    # Bearer <token>: the token holds a digit or symbol, or is long (not "Bearer authentication")
+    Rule(
+        "bearer_token",
+        re.compile(
+            r"(?P<pre>[Bb](?<![\w-][Bb])(?i:earer)[ \t]{1,3})(?!\[REDACTED)"
+            r"(?:(?=[A-Za-z]*+[0-9._~+/=-])" + _TOKEN + r"{8,}+|" + _TOKEN + r"{20,}+)=*+"
+        ),
+        r"\g<pre>" + _marker("bearer_token"),
+        ("bearer",),
+    ),
+    Rule(
+        "basic_auth",
+        re.compile(
+            r"(?P<pre>B(?<![\w-]B)asic[ \t]{1,3})(?!\[REDACTED)"
+            r"(?=[A-Za-z]*+[0-9+/=])[A-Za-z0-9+/]{8,}+=*+"
+        ),
+        r"\g<pre>" + _marker("basic_auth"),
+        ("basic",),
+    ),
+    # An Authorization header/key: whatever its scheme, the credential goes
+    Rule(
+        "authorization",
+        re.compile(
+            r"(?P<pre>[Aa](?<![A-Za-z0-9][Aa])(?i:uthorization)(?:\\?[\"'])?"
+            r"[ \t]{0,3}[:=][ \t]{0,3}(?:\\?[\"'])?"
+            r"(?>(?P<scheme>(?i:bearer|basic|token|digest|negotiate|apikey|api-key"
+            r"|sso-key|key|hmac)[ \t]{1,3})?))"
+            r"(?!\[REDACTED)(?(scheme)|(?=[A-Za-z]*+[0-9._~+/=-]))" + _TOKEN + r"{6,}+=*+"
+        ),
+        r"\g<pre>" + _marker("authorization"),
+        ("authorization",),
+    ),
+    Rule(
+        "aws_access_key_id",
+        re.compile(r"A(?<![A-Za-z0-9]A)(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        _marker("aws_access_key_id"),
+        ("akia", "asia"),
+    ),
+    Rule(
+        "aws_secret_access_key",
+        re.compile(
+            r"(?P<pre>[AaSs](?:(?<=[Aa])(?i:ws_?secret_?(?:access_?)?key)"
+            r"|(?<=[Ss])(?i:ecret_?access_?key))(?:\\?[\"'])?"
+            r"[ \t]{0,3}(?:=>|[:=])[ \t]{0,3}(?:\\?[\"'])?)"
+            r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
+        ),
+        r"\g<pre>" + _marker("aws_secret_access_key"),
+        ("secret",),
+    ),
+    Rule(
+        "openai_key",
+        re.compile(
+            r"sk-(?<![\w-]sk-)(?:proj-|svcacct-|admin-)?(?=[A-Za-z_-]*+\d)[A-Za-z0-9_-]{20,}+"
+        ),
+        _marker("openai_key"),
+        ("sk-",),
+    ),
+    Rule(
+        "slack_token",
+        re.compile(r"x(?<![\w-]x)(?:ox[abposr]|app)-[A-Za-z0-9-]{10,}+"),
+        _marker("slack_token"),
+        ("xox", "xapp-"),
+    ),
+    Rule(
+        "slack_webhook",
+        re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]++"),
+        _marker("slack_webhook"),
+        ("hooks.slack.com",),
+    ),
+    Rule(
+        "github_token",
+        re.compile(r"g(?<![\w-]g)(?:h[pousr]_[A-Za-z0-9]{36,}+|ithub_pat_[A-Za-z0-9_]{22,}+)"),
+        _marker("github_token"),
+        ("gh", "github_pat_"),
+    ),
+    Rule(
+        "gitlab_token",
+        re.compile(r"glpat-(?<![\w-]glpat-)[A-Za-z0-9_-]{20,}+"),
+        _marker("gitlab_token"),
+        ("glpat-",),
+    ),
+    Rule(
+        "stripe_key",
+        re.compile(r"[sr]k_(?<![\w-][sr]k_)(?:live|test)_[A-Za-z0-9]{16,}+"),
+        _marker("stripe_key"),
+        ("k_live_", "k_test_"),
+    ),
+    Rule(
+        "google_api_key",
+        re.compile(r"AIza(?<![\w-]AIza)[0-9A-Za-z_-]{35}(?![\w-])"),
+        _marker("google_api_key"),
+        ("aiza",),
+    ),
+    Rule(
+        "jwt",
+        re.compile(
+            r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_-]{5,}+\.eyJ[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{10,}+"
+        ),
+        _marker("jwt"),
+        ("eyj",),
+    ),
+    Rule("api_key", _kv(_API_KEY_KEYS), _kv_replacement("api_key"), ("api",)),
+    Rule("password", _kv(_PASSWORD_KEYS), _kv_replacement("password"), ("pass", "pwd")),
+    Rule(
+        "secret", _kv(_SECRET_KEYS), _kv_replacement("secret"), ("secret", "credential", "private")
+    ),
+    Rule("token", _kv(_TOKEN_KEYS), _kv_replacement("token"), ("token",)),
+    # user@example.com; not git@github.com:org/repo (an SSH remote), https://user@host, nor a
+    # JVM object followed by a call (Repo@5b6f7412.close()
+    Rule(
+        "email",
+        re.compile(
+            r"[A-Za-z0-9._%+-](?<![A-Za-z0-9._%+-][A-Za-z0-9._%+-])(?<!//.)[A-Za-z0-9._%+-]{0,63}@"
+            r"[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24}"
+            r"(?![A-Za-z0-9-])(?!\.[A-Za-z0-9])(?!:[\w~/])(?!\()"
+        ),
+        _marker("email"),
+        ("@",),
+    ),
+)
+
+# Attribute keys whose whole (string) value is a secret, by the rule that covers them.
+_SECRET_ATTRIBUTE_KEYS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("password", re.compile(_PASSWORD_KEYS + "$")),
+    ("api_key", re.compile(_API_KEY_KEYS + "$")),
+    ("secret", re.compile(_SECRET_KEYS + "$")),
+    ("token", re.compile(_TOKEN_KEYS + "$")),
+    ("authorization", re.compile(r"(?<![A-Za-z0-9])(?i:authorization|cookie)$")),
+)
+
+
+class Redactor:
+    """Applies redaction rules, in order, to text and to error events."""
+
+    def __init__(self, rules: Sequence[Rule] = DEFAULT_RULES, *, enabled: bool = True) -> None:
+        self.rules: tuple[Rule, ...] = tuple(rules)
+        self.enabled = enabled
+        names = {rule.name for rule in self.rules}
+        self._attribute_keys = tuple(
+            (name, pattern) for name, pattern in _SECRET_ATTRIBUTE_KEYS if name in names
+        )
+
+    @classmethod
+    def from_settings(
+        cls, enabled: bool, extra_patterns: Sequence[str], disabled_rules: Sequence[str]
+    ) -> Redactor:
+        """The built-in rules minus ``disabled_rules``, plus ``extra_patterns`` (whole match
+        becomes ``[REDACTED:custom]``). Unknown rule names and bad regexes raise ValueError."""
+        known = {rule.name for rule in DEFAULT_RULES}
+        unknown = sorted(set(disabled_rules) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown redaction rule(s) to disable: {', '.join(unknown)}; "
+                f"known: {', '.join(rule.name for rule in DEFAULT_RULES)}"
+            )
+        rules = [rule for rule in DEFAULT_RULES if rule.name not in set(disabled_rules)]
+        for pattern in extra_patterns:
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid redaction pattern {pattern!r}: {exc}") from exc
+            rules.append(Rule("custom", compiled, _marker("custom")))
+        return cls(rules, enabled=enabled)
+
+    def redact(self, text: str) -> str:
+        if not self.enabled or not text:
+            return text
+        # Triggers are tested on the original text: a replacement only inserts a marker, and no
+        # rule matches text that a marker brought in.
+        lowered = text.lower()
+        for rule in self.rules:
+            if rule.triggers and not any(t in lowered for t in rule.triggers):
+                continue
+            text = rule.pattern.sub(rule.replacement, text)
+        return text
+
+    def redact_event(self, event: ErrorEvent) -> ErrorEvent:
+        """Message, stack trace and string attribute values (recursively) redacted; an
+        attribute whose key names a secret (``password``, ``api_key``, ``Authorization``…)
+        loses its whole string value. ``exception_type`` is left as it is."""
+        if not self.enabled:
+            return event
+        return event.model_copy(
+            update={
+                "message": self.redact(event.message),
+                "stacktrace": self.redact(event.stacktrace),
+                "attributes": self._redact_mapping(event.attributes),
+            }
+        )
+
+    def _redact_mapping(self, mapping: Mapping[Any, Any]) -> dict[Any, Any]:
+        out: dict[Any, Any] = {}
+        for key, value in mapping.items():
+            rule = self._secret_key_rule(key) if isinstance(value, str) and value else None
+            out[key] = _marker(rule) if rule else self._redact_value(value)
+        return out
+
+    def _redact_value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.redact(value)
+        if isinstance(value, Mapping):
+            return self._redact_mapping(value)
+        if isinstance(value, list | tuple):
+            return type(value)(self._redact_value(item) for item in value)
+        return value
+
+    def _secret_key_rule(self, key: object) -> str | None:
+        if not isinstance(key, str):
+            return None
+        for name, pattern in self._attribute_keys:
+            if pattern.search(key):
+                return name
+        return None

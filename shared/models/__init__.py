@@ -1,0 +1,1 @@
+"""Model clients (embedder, reranker, chat) and the lease that keeps one model per host."""

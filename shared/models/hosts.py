@@ -1,0 +1,384 @@
+"""Model hosts as scheduled resources: one model active per host, under a fenced Redis lease.
+
+A small Ollama host (an M4 Mac mini) holds one model at a time. Every call to a model on a host
+runs under that host's lease, whichever worker process or machine makes it:
+
+- the lease is a Redis key with a TTL that a background thread renews; a holder that dies
+  (``kill -9``) stops renewing and the lease expires — no deadlock;
+- each acquisition takes a new fencing token from a counter; a holder checks its token before
+  every call, so one that lost the lease (expired, or the key deleted by hand) cannot carry on;
+- the holder keeps the lease while its own queue has work (the model stays loaded), up to a
+  fairness bound in tasks or seconds once someone else is waiting; then it releases;
+- waiters are ranked by priority with aging (an error's query embedding first, bulk indexing
+  last, but a waiter that has waited long enough goes first), so nothing starves;
+- when the model on the host changes, the previous Ollama model is unloaded (``keep_alive: 0``)
+  so two are never resident.
+
+Expiry and ordering use Redis server time only (TTLs, ``TIME``), so worker clock skew does not
+matter.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import redis
+
+from shared.core.errors import TransientError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Waiter priorities (lower goes first) and how much head start each gets, in milliseconds of
+# waiting: a bulk waiter that has waited longer than a query's head start outranks new queries.
+PRIORITY_QUERY = 0
+PRIORITY_CHAIN = 1
+PRIORITY_BULK = 2
+HEAD_START_MS = {PRIORITY_QUERY: 60_000, PRIORITY_CHAIN: 30_000, PRIORITY_BULK: 0}
+
+_ACQUIRE = """
+-- KEYS: lease, fence, waiting ; ARGV: holder, model, ttl_ms, now_ms
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  local d = cjson.decode(cur)
+  if d.holder == ARGV[1] then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+    return cur
+  end
+  return false
+end
+local first = redis.call('ZRANGE', KEYS[3], 0, 0)
+if first[1] and first[1] ~= ARGV[1] then
+  return false
+end
+local token = redis.call('INCR', KEYS[2])
+local v = cjson.encode({holder=ARGV[1], model=ARGV[2], token=token, since=tonumber(ARGV[4])})
+redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return v
+"""
+
+_RENEW = """
+-- KEYS: lease ; ARGV: token, ttl_ms
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+if cjson.decode(cur).token ~= tonumber(ARGV[1]) then return 0 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
+_RELEASE = """
+-- KEYS: lease ; ARGV: token
+local cur = redis.call('GET', KEYS[1])
+if cur and cjson.decode(cur).token == tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"""
+
+
+class LeaseLost(TransientError):
+    """This worker's lease on a host expired or was taken away: it must not call the host."""
+
+
+def host_id(url: str) -> str:
+    """The machine behind a URL: servers on one machine (Ollama, llama-server) share a lease."""
+    host = (urlparse(url).hostname or url).lower()
+    return "127.0.0.1" if host in ("localhost", "::1", "ip6-localhost") else host
+
+
+@dataclass
+class Keys:
+    host: str
+
+    def __post_init__(self) -> None:
+        p = f"th:host:{self.host}"
+        self.lease, self.fence, self.waiting = f"{p}:lease", f"{p}:fence", f"{p}:waiting"
+        self.loaded, self.stats, self.waiter = f"{p}:loaded", f"{p}:stats", f"{p}:waiter:"
+
+
+def server_ms(r: redis.Redis) -> int:
+    secs, micros = r.time()
+    return int(secs) * 1000 + int(micros) // 1000
+
+
+@dataclass
+class HostLease:
+    """One worker process's handle on one host's lease."""
+
+    r: redis.Redis
+    host: str
+    holder: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    ttl: float = 15.0
+    poll: float = 0.02
+    token: int | None = None
+    model: str | None = None
+    lost: bool = False
+
+    def __post_init__(self) -> None:
+        self.keys = Keys(self.host)
+        self._acquire = self.r.register_script(_ACQUIRE)
+        self._renew = self.r.register_script(_RENEW)
+        self._release = self.r.register_script(_RELEASE)
+
+    @property
+    def held(self) -> bool:
+        return self.token is not None and not self.lost
+
+    def _rank(self, priority: int, waited_since_ms: int) -> float:
+        return waited_since_ms - HEAD_START_MS.get(priority, 0)
+
+    def acquire(self, model: str, priority: int, timeout: float) -> dict[str, Any]:
+        """Wait (not holding anything) until this holder has the lease; its JSON value."""
+        k = self.keys
+        ttl_ms = int(self.ttl * 1000)
+        deadline = time.monotonic() + timeout
+        since = server_ms(self.r)
+        self.r.zadd(k.waiting, {self.holder: self._rank(priority, since)})
+        try:
+            while True:
+                self.r.set(k.waiter + self.holder, "1", px=max(1000, int(self.poll * 50_000)))
+                got = self._acquire(
+                    keys=[k.lease, k.fence, k.waiting],
+                    args=[self.holder, model, ttl_ms, server_ms(self.r)],
+                )
+                if got:
+                    value: dict[str, Any] = json.loads(got)
+                    self.token, self.model, self.lost = int(value["token"]), model, False
+                    return value
+                self._prune_dead_waiters()
+                if time.monotonic() > deadline:
+                    raise TransientError(f"host {self.host}: lease not free after {timeout:.0f}s")
+                time.sleep(self.poll)
+        finally:
+            self.r.zrem(k.waiting, self.holder)
+            self.r.delete(k.waiter + self.holder)
+
+    def _prune_dead_waiters(self) -> None:
+        k = self.keys
+        waiting: list[Any] = list(self.r.zrange(k.waiting, 0, 4))
+        for w in waiting:
+            name = str(w.decode() if isinstance(w, bytes) else w)
+            if name != self.holder and not self.r.exists(k.waiter + name):
+                self.r.zrem(k.waiting, name)  # a waiter that died while queued
+
+    def renew(self) -> bool:
+        if self.token is None:
+            return False
+        ok = bool(self._renew(keys=[self.keys.lease], args=[self.token, int(self.ttl * 1000)]))
+        if not ok:
+            self.lost = True
+        return ok
+
+    def check(self) -> None:
+        """Fencing: before a call, confirm this holder's token is still the lease's."""
+        if self.token is None or self.lost or not self.renew():
+            self.lost = True
+            raise LeaseLost(f"host {self.host}: lease lost (expired or removed); not calling it")
+
+    def others_waiting(self) -> bool:
+        return any(
+            (w.decode() if isinstance(w, bytes) else w) != self.holder
+            for w in self.r.zrange(self.keys.waiting, 0, -1)
+        )
+
+    def release(self) -> None:
+        if self.token is not None:
+            self._release(keys=[self.keys.lease], args=[self.token])
+        self.token, self.lost = None, False
+
+
+def unload_ollama_model(url: str, model: str, *, timeout: float = 30.0) -> None:
+    """Ask Ollama to drop ``model`` from memory now (``keep_alive: 0`` with no prompt)."""
+    import httpx
+
+    httpx.post(
+        f"{url.rstrip('/')}/api/generate", json={"model": model, "keep_alive": 0}, timeout=timeout
+    ).raise_for_status()
+
+
+class HostSession:
+    """A worker's use of one host across tasks: acquire, drain, yield, unload on switch.
+
+    ``call`` runs one model call under the lease. ``after_task`` decides whether to keep the
+    lease (more work for the loaded model, within the fairness bound) or release it. A renewer
+    thread keeps the lease alive and lets it go when no task follows within ``idle_release``.
+    """
+
+    def __init__(
+        self,
+        r: redis.Redis,
+        host: str,
+        *,
+        ttl: float = 15.0,
+        max_tasks: int = 20,
+        max_seconds: float = 30.0,
+        idle_release: float = 1.0,
+        wait_timeout: float = 600.0,
+        unload: Callable[[str, str], None] | None = None,
+        on_swap: Callable[[str], None] | None = None,
+    ) -> None:
+        self.lease = HostLease(r, host, ttl=ttl)
+        self.on_swap = on_swap
+        self.r = r
+        self.max_tasks, self.max_seconds = max_tasks, max_seconds
+        self.idle_release, self.wait_timeout = idle_release, wait_timeout
+        self.unload = unload
+        self.tasks_in_hold = 0
+        self.hold_started = 0.0
+        self.last_activity = 0.0
+        self.busy = False
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # --- the call path -------------------------------------------------------------------
+
+    def call(self, model: str, url: str, kind: str, priority: int, fn: Callable[[], T]) -> T:
+        """Run ``fn`` (one request to ``model`` at ``url``) as the only user of the host."""
+        with self._lock:
+            self.busy = True
+            self.last_activity = time.monotonic()
+        try:
+            self._ensure(model, url, kind, priority)
+            self.lease.check()
+            started = time.monotonic()
+            try:
+                result = fn()
+            except TransientError:
+                # The host is down or overloaded: never hold it while waiting to retry.
+                self._release()
+                raise
+            finally:
+                elapsed_ms = int((time.monotonic() - started) * 1000)
+                self.r.hincrby(self.lease.keys.stats, "busy_ms", elapsed_ms)
+                self.r.hincrby(self.lease.keys.stats, "calls", 1)
+            self.r.set(
+                self.lease.keys.loaded, json.dumps({"model": model, "url": url, "kind": kind})
+            )
+            return result
+        finally:
+            with self._lock:
+                self.busy = False
+                self.last_activity = time.monotonic()
+
+    def _ensure(self, model: str, url: str, kind: str, priority: int) -> None:
+        with self._lock:
+            if self.lease.held and self.lease.model == model:
+                return
+            if self.lease.held:  # holding for another model of ours: switch under the lease
+                self.lease.model = model
+            else:
+                self.lease.acquire(model, priority, self.wait_timeout)
+                self.tasks_in_hold = 0
+                self.hold_started = time.monotonic()
+                self._start_renewer()
+            self._switch_to(model, url, kind)
+
+    def _switch_to(self, model: str, url: str, kind: str) -> None:
+        raw = self.r.get(self.lease.keys.loaded)
+        previous = json.loads(raw) if raw else None
+        if previous and previous.get("model") != model:
+            self.r.hincrby(self.lease.keys.stats, "swaps", 1)
+            if self.on_swap is not None:
+                self.on_swap(self.lease.host)
+            if previous.get("kind") == "ollama" and self.unload is not None:
+                try:
+                    self.unload(previous["url"], previous["model"])
+                except Exception as exc:  # unloading is best effort; the load still happens
+                    log.warning(
+                        "host.unload_failed",
+                        extra={
+                            "host": self.lease.host,
+                            "model": previous["model"],
+                            "error": str(exc),
+                        },
+                    )
+            self.r.delete(self.lease.keys.loaded)
+            log.info(
+                "host.switch",
+                extra={"host": self.lease.host, "from": previous["model"], "to": model},
+            )
+
+    # --- between tasks -----------------------------------------------------------------
+
+    def after_task(self, queue_depth: int) -> None:
+        """Keep the host while our queue has work, unless others wait past the fairness bound."""
+        with self._lock:
+            if not self.lease.held:
+                return
+            self.tasks_in_hold += 1
+            held_for = time.monotonic() - self.hold_started
+            fair_share_used = self.tasks_in_hold >= self.max_tasks or held_for >= self.max_seconds
+            if queue_depth == 0 or (fair_share_used and self.lease.others_waiting()):
+                self._release()
+
+    def _release(self) -> None:
+        with self._lock:
+            if self.lease.token is not None:
+                log.info(
+                    "host.release", extra={"host": self.lease.host, "tasks": self.tasks_in_hold}
+                )
+            self.lease.release()
+            self.tasks_in_hold = 0
+
+    def _start_renewer(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._renew_loop, daemon=True, name=f"lease-renewer:{self.lease.host}"
+        )
+        self._thread.start()
+
+    def _renew_loop(self) -> None:
+        interval = max(0.05, min(self.lease.ttl / 3, self.idle_release / 2))
+        while not self._stop.wait(interval):
+            with self._lock:
+                if self.lease.token is None:
+                    continue
+                idle = not self.busy and time.monotonic() - self.last_activity > self.idle_release
+                if idle:
+                    self._release()  # no task followed: let others have the host
+                elif not self.lease.renew():
+                    log.warning("host.lease_lost", extra={"host": self.lease.host})
+
+    def close(self) -> None:
+        self._stop.set()
+        self._release()
+
+
+def host_status(r: redis.Redis, host: str) -> dict[str, Any]:
+    """What ``tracehound status`` shows for a host."""
+    k = Keys(host)
+    lease = r.get(k.lease)
+    loaded = r.get(k.loaded)
+    stats = {
+        (a.decode() if isinstance(a, bytes) else a): int(b) for a, b in r.hgetall(k.stats).items()
+    }
+    return {
+        "host": host,
+        "holder": json.loads(lease) if lease else None,
+        "loaded": json.loads(loaded)["model"] if loaded else None,
+        "waiting": r.zcard(k.waiting),
+        "swaps": stats.get("swaps", 0),
+        "calls": stats.get("calls", 0),
+        "busy_s": round(stats.get("busy_ms", 0) / 1000, 1),
+    }
+
+
+def known_hosts(r: redis.Redis) -> list[str]:
+    hosts = set()
+    for key in r.scan_iter(match="th:host:*:stats"):
+        name = key.decode() if isinstance(key, bytes) else key
+        hosts.add(name[len("th:host:") : -len(":stats")])
+    return sorted(hosts)

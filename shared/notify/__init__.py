@@ -1,0 +1,1 @@
+"""Notify: the Slack message, its destinations and the delivery policy."""

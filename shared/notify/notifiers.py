@@ -1,0 +1,198 @@
+"""Destinations for a finished analysis: Slack (bot token or webhook) or the console and a file."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+from shared.core.errors import PermanentError, TransientError
+
+
+@dataclass(frozen=True)
+class Delivery:
+    destination: str
+    channel: str | None = None
+    ts: str | None = None
+
+
+class Notifier(Protocol):
+    destination: str
+
+    def send(
+        self, text: str, blocks: list[dict[str, Any]], *, thread_ts: str | None = None
+    ) -> Delivery: ...
+
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
+        """Rewrite a message already sent (a no-op where the destination cannot)."""
+
+
+def _retry_after(headers: Any) -> float | None:
+    value = (headers or {}).get("Retry-After") or (headers or {}).get("retry-after")
+    if isinstance(value, list):
+        value = value[0] if value else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _slack_failure(what: str, status: int, error: str, headers: Any) -> Exception:
+    if status == 429 or error == "ratelimited":
+        wait = _retry_after(headers)
+        return TransientError(f"{what}: rate limited (Retry-After {wait})", retry_after=wait)
+    if status >= 500 or error in (
+        "internal_error",
+        "fatal_error",
+        "service_unavailable",
+        "request_timeout",
+    ):
+        return TransientError(f"{what}: Slack error {status} {error}")
+    return PermanentError(f"{what}: Slack refused the message: {error or status}")
+
+
+class SlackBotNotifier:
+    """``chat.postMessage`` with a bot token; the base URL is configurable for tests."""
+
+    def __init__(self, token: str, channel: str, *, base_url: str, timeout: float = 30.0) -> None:
+        from slack_sdk import WebClient
+
+        if not base_url.endswith("/"):
+            base_url += "/"  # slack-sdk joins method names onto it
+        self.channel = channel
+        self._client = WebClient(token=token, base_url=base_url, timeout=int(timeout))
+
+    destination = "slack"
+
+    def _call(self, method: str, **kwargs: Any) -> Any:
+        from slack_sdk.errors import SlackApiError, SlackClientError
+
+        try:
+            return self._client.api_call(method, json=kwargs)
+        except SlackApiError as exc:
+            r = exc.response
+            raise _slack_failure(
+                f"slack {method}", r.status_code, str(r.get("error", "")), r.headers
+            ) from exc
+        except (SlackClientError, OSError) as exc:
+            raise TransientError(f"slack {method}: {exc}") from exc
+
+    def send(
+        self, text: str, blocks: list[dict[str, Any]], *, thread_ts: str | None = None
+    ) -> Delivery:
+        extra = {"thread_ts": thread_ts} if thread_ts else {}
+        resp = self._call(
+            "chat.postMessage",
+            channel=self.channel,
+            text=text,
+            blocks=blocks,
+            unfurl_links=False,
+            unfurl_media=False,
+            **extra,
+        )
+        return Delivery("slack", channel=resp.get("channel"), ts=resp.get("ts"))
+
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
+        self._call("chat.update", channel=channel, ts=ts, text=text, blocks=blocks)
+
+
+class SlackWebhookNotifier:
+    """An incoming webhook: no token, one fixed channel, no ``ts`` to update later."""
+
+    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
+        from slack_sdk.webhook import WebhookClient
+
+        self._client = WebhookClient(url, timeout=int(timeout))
+
+    destination = "slack-webhook"
+
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
+        return None  # a webhook message cannot be edited; the next window posts the count
+
+    def send(
+        self, text: str, blocks: list[dict[str, Any]], *, thread_ts: str | None = None
+    ) -> Delivery:
+        if thread_ts:
+            return Delivery("slack-webhook")  # webhooks cannot reply in threads
+        try:
+            resp = self._client.send(text=text, blocks=blocks)
+        except OSError as exc:
+            raise TransientError(f"slack webhook: {exc}") from exc
+        if resp.status_code != 200:
+            raise _slack_failure("slack webhook", resp.status_code, resp.body or "", resp.headers)
+        return Delivery("slack-webhook")
+
+
+# Emphasis markers only where mrkdwn treats them as such: not inside identifiers (order_service).
+_BOLD = re.compile(r"(?<!\w)\*([^*\n]+)\*(?!\w)")
+_ITALIC = re.compile(r"(?<!\w)_([^_\n]+)_(?!\w)")
+
+
+def plain(text: str) -> str:
+    """mrkdwn (with its escapes) as terminal text."""
+    # Odd segments between ``` fences are code: shown as they are (``*args`` stays).
+    parts = text.split("```")
+    for i in range(0, len(parts), 2):
+        parts[i] = _ITALIC.sub(r"\1", _BOLD.sub(r"\1", parts[i]))
+    text = "".join(parts)
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+def render_console(blocks: list[dict[str, Any]]) -> str:
+    """The blocks as readable terminal text: what the Slack message would show."""
+    out: list[str] = []
+    for b in blocks:
+        if b["type"] == "header":
+            title = b["text"]["text"]
+            out += [title, "=" * len(title)]
+        elif b["type"] == "section":
+            out += [plain(b["text"]["text"]), ""]
+        elif b["type"] == "context":
+            out += [plain(e.get("text", "")) for e in b["elements"]]
+    return "\n".join(out).rstrip() + "\n"
+
+
+class ConsoleNotifier:
+    """No Slack configured: print the message and append it as JSON to a file."""
+
+    def __init__(self, path: Path, *, stream: TextIO | None = None) -> None:
+        self.path = path
+        self._stream = stream
+
+    destination = "console"
+
+    def _write(self, record: dict[str, Any], shown: str) -> None:
+        stream = self._stream or sys.stdout
+        stream.write(shown)
+        stream.flush()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def send(
+        self, text: str, blocks: list[dict[str, Any]], *, thread_ts: str | None = None
+    ) -> Delivery:
+        ts = f"{datetime.now(UTC).timestamp():.6f}"
+        record = {
+            "at": datetime.now(UTC).isoformat(),
+            "ts": ts,
+            "thread_ts": thread_ts,
+            "text": text,
+            "blocks": blocks,
+        }
+        shown = render_console(blocks) if blocks else plain(text) + "\n"
+        self._write(record, ("  ↳ " if thread_ts else "") + shown)
+        return Delivery("console", channel=str(self.path), ts=ts)
+
+    def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
+        record = {
+            "at": datetime.now(UTC).isoformat(),
+            "update_of": ts,
+            "text": text,
+            "blocks": blocks,
+        }
+        self._write(record, f"[updated {ts}] " + plain(text).splitlines()[0] + "\n")

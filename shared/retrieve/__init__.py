@@ -1,0 +1,1 @@
+"""Retrieve: the query built from an error; vectors, BM25, frames and symbols fused per file."""

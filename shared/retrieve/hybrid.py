@@ -1,0 +1,162 @@
+"""Hybrid retrieval: Chroma vectors, BM25 and stack frames over the whole corpus, fused per file."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar, runtime_checkable
+
+from shared.core.domain import Candidate, ChunkHit
+from shared.core.errors import TracehoundError, TransientError
+from shared.intake.frames import Frame, PathMapper, parse_frames
+from shared.retrieve.fusion import group_by_file, reciprocal_rank_fusion
+from shared.retrieve.keywords import KeywordIndex
+from shared.retrieve.query import named_symbols
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SIGNALS = frozenset({"vector", "bm25", "frames", "symbols"})
+# A frame names the failing code outright: its chunk outweighs either retriever's first place,
+# so files on the trace come first and vectors and BM25 order them and fill in the rest.
+FRAME_WEIGHT = 3.0
+MAX_FRAMES = 12
+# Vendored third-party code on the trace (requests/packages/urllib3, sklearn/externals) is
+# rarely where the bug is; it still counts, after the project's own frames.
+VENDORED_WEIGHT = 0.25
+# Code defining a name the error mentions (``export_text``, ``LogisticRegressionCV``) counts as
+# much as one retriever's vote: a name can be the caller's as well as the culprit's.
+SYMBOL_WEIGHT = 1.0
+
+
+class VectorSearch(Protocol):
+    """The part of a vector index retrieval uses (Chroma's, or the eval's in-memory one)."""
+
+    def query(self, repo: str, vector: Sequence[float], n: int) -> list[ChunkHit]: ...
+
+
+@runtime_checkable
+class ChunkLocator(Protocol):
+    """What frames need from an index: the indexed paths and the chunk holding a line."""
+
+    def paths(self, repo: str) -> Collection[str]: ...
+    def chunks_at(self, repo: str, path: str, line: int | None) -> list[ChunkHit]: ...
+
+
+def frame_ranking(
+    repo: str, frames: Sequence[Frame], locator: ChunkLocator, *, max_frames: int = MAX_FRAMES
+) -> tuple[list[ChunkHit], list[ChunkHit]]:
+    """Chunks holding the lines of the trace's frames that fall in the repo, nearest the raise
+    first: (the project's own frames, vendored frames). Frames outside the repo are ignored."""
+    if not frames:
+        return [], []
+    mapped = PathMapper(locator.paths(repo)).map_frames(frames)
+    own: list[ChunkHit] = []
+    vendored: list[ChunkHit] = []
+    seen: set[str] = set()
+    for frame in mapped[: max_frames * 2]:
+        bucket = vendored if frame.vendored else own
+        if len(bucket) >= max_frames:
+            continue
+        for hit in locator.chunks_at(repo, frame.path, frame.line):
+            if hit.chunk_id not in seen:
+                seen.add(hit.chunk_id)
+                bucket.append(hit)
+    return own, vendored
+
+
+@runtime_checkable
+class SymbolLocator(Protocol):
+    """What the symbols signal needs: the chunks defining some names."""
+
+    def defining(self, repo: str, names: Sequence[str]) -> list[ChunkHit]: ...
+
+
+@dataclass
+class Retrieved:
+    candidates: list[Candidate]
+    notes: list[str] = field(default_factory=list)
+
+
+def hybrid_retrieve(
+    repo: str,
+    text: str,
+    vector: Sequence[float] | None,
+    *,
+    vectors: VectorSearch,
+    keywords: KeywordIndex,
+    depth: int = 50,
+    rrf_k: int = 60,
+    degrade: bool = False,
+    frames: Sequence[Frame] | None = None,
+    locator: ChunkLocator | None = None,
+    signals: Collection[str] = SIGNALS,
+    frame_weight: float = FRAME_WEIGHT,
+    prior: Callable[[str], float] | None = None,
+) -> Retrieved:
+    """Dense, BM25, stack-frame and named-symbol candidates fused by reciprocal rank, then
+    grouped per file (weighted by ``prior``, e.g. :class:`shared.retrieve.priors.PathPrior`).
+
+    ``frames`` default to those parsed from ``text`` (the query keeps the trace's frames); they
+    and the code defining names the text mentions are located through ``locator``, by default
+    the keyword index when it can. ``signals`` picks which of vector, bm25, frames and symbols
+    take part (the eval compares them).
+
+    A retriever failing for good (PermanentError) is left out and noted; a transient failure is
+    raised for the task to retry, except with ``degrade`` (the last attempt), where it is noted
+    too, so the error still reaches the on-call engineer with whatever could be found.
+    """
+    rankings: list[list[ChunkHit]] = []
+    weights: list[float] = []
+    notes: list[str] = []
+
+    def run(signal: str, failed: str, fn: Callable[[], T]) -> T | None:
+        """One retriever; a failure it cannot wait out is noted and the others go on."""
+        try:
+            return fn()
+        except TracehoundError as exc:
+            if isinstance(exc, TransientError) and not degrade:
+                raise
+            log.warning(f"retrieve.{signal}_failed", extra={"repo": repo, "reason": str(exc)})
+            notes.append(f"retrieval: {failed} ({exc})")
+            return None
+
+    if locator is None and isinstance(keywords, ChunkLocator):
+        locator = keywords
+    if "frames" in signals:
+        if locator is not None:
+            found_frames = parse_frames(text) if frames is None else frames
+            ranked = run(
+                "frames",
+                "stack frames not used",
+                lambda: frame_ranking(repo, found_frames, locator),
+            )
+            if ranked is not None:
+                own, vendored = ranked
+                for ranking, w in ((own, frame_weight), (vendored, frame_weight * VENDORED_WEIGHT)):
+                    if ranking:
+                        rankings.append(ranking)
+                        weights.append(w)
+    if "symbols" in signals and isinstance(locator, SymbolLocator):
+        names = named_symbols(text)
+        if names:
+            hits = run("symbols", "named symbols not used", lambda: locator.defining(repo, names))
+            if hits:
+                rankings.append(hits)
+                weights.append(SYMBOL_WEIGHT)
+    if vector is not None and "vector" in signals:
+        hits = run("vector", "vector search failed", lambda: vectors.query(repo, vector, depth))
+        if hits is not None:
+            rankings.append(hits)
+            weights.append(1.0)
+    if "bm25" in signals:
+        hits = run("keyword", "keyword search failed", lambda: keywords.search(repo, text, depth))
+        if hits is not None:
+            rankings.append(hits)
+            weights.append(1.0)
+    if not rankings:
+        notes.append("retrieval: failed, no code context was found")
+        return Retrieved([], notes)
+    fused = reciprocal_rank_fusion(rankings, k=rrf_k, weights=weights)
+    return Retrieved(group_by_file(fused, weight=prior), notes)
