@@ -25,6 +25,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from shared.core import keys  # noqa: E402
 from shared.devtools.localstack import start_ingest, start_redis  # noqa: E402
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
@@ -38,37 +39,49 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=2)
     args = ap.parse_args()
     bodies = [
-        "\n".join(json.dumps({"service": "shop-api", "repo": "bench", "level": "ERROR",
-                              "message": f"ZeroDivisionError: division by zero (request {i})",
-                              "stack": TRACE}) for i in range(j, min(j + args.batch, args.events)))
+        "\n".join(
+            json.dumps(
+                {
+                    "service": "shop-api",
+                    "repo": "bench",
+                    "level": "ERROR",
+                    "message": f"ZeroDivisionError: division by zero (request {i})",
+                    "stack": TRACE,
+                }
+            )
+            for i in range(j, min(j + args.batch, args.events))
+        )
         for j in range(0, args.events, args.batch)
     ]
     with tempfile.TemporaryDirectory(prefix="th-storm-") as tmp:
         redis_proc, redis_url = start_redis(Path(tmp))
-        ingest, url = start_ingest(Path(tmp), {"TRACEHOUND_REDIS_URL": redis_url,
-                                               "TRACEHOUND_INGEST_TOKEN": TOKEN})
+        ingest, url = start_ingest(
+            Path(tmp), {"TRACEHOUND_REDIS_URL": redis_url, "TRACEHOUND_INGEST_TOKEN": TOKEN}
+        )
         try:
 
             def send(chunk: list[str]) -> None:
-                with httpx.Client(headers={"Authorization": f"Bearer {TOKEN}"},
-                                  timeout=300) as c:
+                with httpx.Client(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=300) as c:
                     for body in chunk:
                         c.post(f"{url}/v1/events", content=body).raise_for_status()
 
             t0 = time.perf_counter()
             with ThreadPoolExecutor(args.clients) as pool:
-                list(pool.map(send, [bodies[i::args.clients] for i in range(args.clients)]))
+                list(pool.map(send, [bodies[i :: args.clients] for i in range(args.clients)]))
             secs = time.perf_counter() - t0
             r = redis.Redis.from_url(redis_url)
             chains = r.llen("embed")
-            [group] = [k for k in r.scan_iter(match="th:group:v1:*", count=1000)
-                       if k.count(b":") == 3]  # not its :message / :update keys
+            [group] = [
+                k for k in r.scan_iter(match=keys.GROUP_PATTERN, count=1000) if k.count(b":") == 3
+            ]  # not its :message / :update keys
             total = int(r.hget(group, "total") or 0)
         finally:
             ingest.stop()
             redis_proc.stop()
-    print(f"\nStorm: {args.events:,} events of one error through HTTP ingest, NDJSON "
-          f"{args.batch}/request, {args.clients} clients (2 cores shared)\n")
+    print(
+        f"\nStorm: {args.events:,} events of one error through HTTP ingest, NDJSON "
+        f"{args.batch}/request, {args.clients} clients (2 cores shared)\n"
+    )
     print("| events | seconds | events/s | chains enqueued | group count |")
     print("|---:|---:|---:|---:|---:|")
     print(f"| {args.events:,} | {secs:.1f} | {args.events / secs:,.0f} | {chains} | {total:,} |")

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 import redis
 
+from shared.core import keys
 from shared.core.domain import Chunk, ChunkHit
 from shared.index.chunking import defined_names, names_defined_in
 from shared.index.tokens import tokenize
@@ -36,17 +37,13 @@ class RedisCorpus:
     def __init__(self, client: redis.Redis) -> None:
         self.r = client
 
-    @staticmethod
-    def _key(repo: str, part: str) -> str:
-        return f"th:corpus:{repo}:{part}"
-
     def version(self, repo: str) -> int:
-        return int(self.r.get(self._key(repo, "version")) or 0)
+        return int(self.r.get(keys.corpus(repo, "version")) or 0)
 
     def existing_ids(self, repo: str, ids: Sequence[str]) -> set[str]:
         if not ids:
             return set()
-        found = self.r.hmget(self._key(repo, "docs"), list(ids))
+        found = self.r.hmget(keys.corpus(repo, "docs"), list(ids))
         return {cid for cid, v in zip(ids, found, strict=True) if v is not None}
 
     def add(self, repo: str, chunks: Sequence[Chunk]) -> None:
@@ -68,47 +65,47 @@ class RedisCorpus:
             c.id: zlib.compress(c.text.encode("utf-8", errors="replace")) for c in chunks
         }
         pipe = self.r.pipeline(transaction=True)
-        pipe.hset(self._key(repo, "docs"), mapping=docs)
-        pipe.hset(self._key(repo, "text"), mapping=texts)
-        pipe.incr(self._key(repo, "version"))
+        pipe.hset(keys.corpus(repo, "docs"), mapping=docs)
+        pipe.hset(keys.corpus(repo, "text"), mapping=texts)
+        pipe.incr(keys.corpus(repo, "version"))
         pipe.execute()
 
     def delete(self, repo: str, ids: Sequence[str]) -> None:
         if not ids:
             return
         pipe = self.r.pipeline(transaction=True)
-        pipe.hdel(self._key(repo, "docs"), *ids)
-        pipe.hdel(self._key(repo, "text"), *ids)
-        pipe.incr(self._key(repo, "version"))
+        pipe.hdel(keys.corpus(repo, "docs"), *ids)
+        pipe.hdel(keys.corpus(repo, "text"), *ids)
+        pipe.incr(keys.corpus(repo, "version"))
         pipe.execute()
 
     def file_ids(self, repo: str, path: str) -> list[str]:
-        raw = self.r.hget(self._key(repo, "files"), path)
+        raw = self.r.hget(keys.corpus(repo, "files"), path)
         return json.loads(raw) if raw else []
 
     def set_file_ids(self, repo: str, path: str, ids: Sequence[str]) -> None:
-        self.r.hset(self._key(repo, "files"), path, json.dumps(list(ids)))
+        self.r.hset(keys.corpus(repo, "files"), path, json.dumps(list(ids)))
 
     def forget_file(self, repo: str, path: str) -> None:
-        self.r.hdel(self._key(repo, "files"), path)
+        self.r.hdel(keys.corpus(repo, "files"), path)
 
     def paths(self, repo: str) -> set[str]:
         return {
             p.decode() if isinstance(p, bytes) else p
-            for p in self.r.hkeys(self._key(repo, "files"))
+            for p in self.r.hkeys(keys.corpus(repo, "files"))
         }
 
     def texts(self, repo: str, ids: Sequence[str]) -> list[str]:
         if not ids:
             return []
-        raw = self.r.hmget(self._key(repo, "text"), list(ids))
+        raw = self.r.hmget(keys.corpus(repo, "text"), list(ids))
         return [zlib.decompress(cast(bytes, v)).decode("utf-8") if v else "" for v in raw]
 
     def snapshot(self, repo: str) -> CorpusSnapshot:
         """All documents at one version (read in one MULTI so the two agree)."""
         pipe = self.r.pipeline(transaction=True)
-        pipe.get(self._key(repo, "version"))
-        pipe.hgetall(self._key(repo, "docs"))
+        pipe.get(keys.corpus(repo, "version"))
+        pipe.hgetall(keys.corpus(repo, "docs"))
         version, docs = pipe.execute()
         ids, meta, tokens, names = [], [], [], []
         unnamed: list[int] = []

@@ -17,6 +17,8 @@ from typing import Any
 
 import redis
 
+from shared.core import keys
+
 IDLE_EXPIRY_S = 30 * 24 * 3600
 START_OVERDUE_MS = 30_000  # a window's chain not marked started by then is started again
 
@@ -85,23 +87,19 @@ class GroupStore:
         self.window_ms = int(window_s * 1000)
         self._record = r.register_script(_RECORD)
 
-    @staticmethod
-    def key(fp: str) -> str:
-        return f"th:group:{fp}"
-
     def record(self, fp: str, service: str, event_id: str) -> Occurrence:
         new, ws, count, total, first, now = self._record(
-            keys=[self.key(fp)],
+            keys=[keys.group(fp)],
             args=[self.window_ms, service, IDLE_EXPIRY_S, event_id, START_OVERDUE_MS],
         )
         return Occurrence(fp, bool(new), int(ws), int(count), int(total), int(first), int(now))
 
     def mark_started(self, fp: str, window_start: int) -> None:
         """The window's analysis chain is enqueued: later events of the window only count."""
-        self.r.hset(self.key(fp), "started", window_start)
+        self.r.hset(keys.group(fp), "started", window_start)
 
     def state(self, fp: str) -> GroupState | None:
-        raw = {_s(k): _s(v) for k, v in self.r.hgetall(self.key(fp)).items()}
+        raw = {_s(k): _s(v) for k, v in self.r.hgetall(keys.group(fp)).items()}
         if not raw:
             return None
 
@@ -133,28 +131,28 @@ class GroupStore:
     ) -> None:
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(
-            self.key(fp),
+            keys.group(fp),
             mapping={"msg_channel": channel or "", "msg_ts": ts or "", "msg_window": window_start},
         )
         pipe.set(
-            f"{self.key(fp)}:message",
+            keys.group_message(fp),
             json.dumps({"text": text, "blocks": blocks}),
             ex=IDLE_EXPIRY_S,
         )
         pipe.execute()
 
     def message(self, fp: str) -> dict[str, Any] | None:
-        raw = self.r.get(f"{self.key(fp)}:message")
+        raw = self.r.get(keys.group_message(fp))
         return json.loads(raw) if raw else None
 
     def claim_update(self, fp: str, interval_s: float) -> bool:
         """At most one pending count update per group and interval (SET NX)."""
         return bool(
-            self.r.set(f"{self.key(fp)}:update", "1", nx=True, px=max(1, int(interval_s * 1000)))
+            self.r.set(keys.group_update(fp), "1", nx=True, px=max(1, int(interval_s * 1000)))
         )
 
     def mark_thread_reply(self, fp: str, at_ms: int) -> None:
-        self.r.hset(self.key(fp), "thread_reply_at", at_ms)
+        self.r.hset(keys.group(fp), "thread_reply_at", at_ms)
 
     def now_ms(self) -> int:
         secs, micros = self.r.time()

@@ -32,6 +32,7 @@ from urllib.parse import urlparse
 
 import redis
 
+from shared.core import keys
 from shared.core.errors import TransientError
 
 log = logging.getLogger(__name__)
@@ -101,9 +102,10 @@ class Keys:
     host: str
 
     def __post_init__(self) -> None:
-        p = f"th:host:{self.host}"
-        self.lease, self.fence, self.waiting = f"{p}:lease", f"{p}:fence", f"{p}:waiting"
-        self.loaded, self.stats, self.waiter = f"{p}:loaded", f"{p}:stats", f"{p}:waiter:"
+        h = self.host
+        self.lease, self.fence = keys.host(h, "lease"), keys.host(h, "fence")
+        self.waiting, self.loaded = keys.host(h, "waiting"), keys.host(h, "loaded")
+        self.stats, self.waiter = keys.host(h, "stats"), keys.host(h, "waiter:")
 
 
 def server_ms(r: redis.Redis) -> int:
@@ -378,7 +380,6 @@ def host_status(r: redis.Redis, host: str) -> dict[str, Any]:
 
 def known_hosts(r: redis.Redis) -> list[str]:
     hosts = set()
-    for key in r.scan_iter(match="th:host:*:stats"):
-        name = key.decode() if isinstance(key, bytes) else key
-        hosts.add(name[len("th:host:") : -len(":stats")])
+    for key in r.scan_iter(match=keys.HOST_STATS_PATTERN):
+        hosts.add(keys.host_of_stats_key(key.decode() if isinstance(key, bytes) else key))
     return sorted(hosts)

@@ -1,0 +1,87 @@
+"""Every Redis key tracehound writes, in one place (Celery's own keys are kombu's business).
+
+All keys start with ``th:``. Keys that embed free text (a channel name, a thread key) hash it,
+so a key never grows with its input nor contains a secret such as a webhook URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+PREFIX = "th:"
+
+
+def _digest(text: str, length: int = 40) -> str:
+    return hashlib.sha1(text.encode("utf-8", errors="replace")).hexdigest()[:length]
+
+
+# --- error groups (shared/intake/groups.py) ---------------------------------------------------
+
+
+def group(fingerprint: str) -> str:
+    """Hash: service, first/last seen, counts, window, the posted message's channel and ts."""
+    return f"{PREFIX}group:{fingerprint}"
+
+
+def group_message(fingerprint: str) -> str:
+    """The last message posted for a group (JSON text and blocks), for count updates."""
+    return f"{group(fingerprint)}:message"
+
+
+def group_update(fingerprint: str) -> str:
+    """SET NX guard: at most one pending count update per group and interval."""
+    return f"{group(fingerprint)}:update"
+
+
+GROUP_PATTERN = f"{PREFIX}group:*"
+
+
+# --- delivery (shared/notify/delivery.py) -----------------------------------------------------
+
+
+def notified(guard: str) -> str:
+    """Claim, then record, of the one message for a group window (or an ungrouped event)."""
+    return f"{PREFIX}notified:{guard}"
+
+
+def replied(reply_key: str) -> str:
+    """A thread reply that was posted (so a redelivered task does not post it again)."""
+    return f"{PREFIX}replied:{_digest(reply_key)}"
+
+
+def slack_pace(channel: str) -> str:
+    """The channel's posting slot (Slack allows about one message per second per channel)."""
+    return f"{PREFIX}slack:pace:{_digest(channel, 16)}"
+
+
+# --- analysis cache (shared/analyze/cache.py) -------------------------------------------------
+
+
+def analysis(identity: str) -> str:
+    """A finished analysis, by group, model, prompt version and the exact code it read."""
+    return f"{PREFIX}analysis:{_digest(identity)}"
+
+
+# --- keyword corpus (shared/index/corpus.py) --------------------------------------------------
+
+
+def corpus(repo: str, part: str) -> str:
+    """One part of a repo's keyword corpus: ``docs``, ``text``, ``files`` or ``version``."""
+    return f"{PREFIX}corpus:{repo}:{part}"
+
+
+# --- model hosts (shared/models/hosts.py) -----------------------------------------------------
+
+
+def host(host_id: str, part: str) -> str:
+    """One part of a model host's lease state: ``lease``, ``fence``, ``waiting``, ``loaded``,
+    ``stats``, or ``waiter:`` (a prefix, followed by the waiter's id)."""
+    return f"{PREFIX}host:{host_id}:{part}"
+
+
+HOST_STATS_PATTERN = host("*", "stats")
+
+
+def host_of_stats_key(key: str) -> str:
+    """The host id inside a key that matched ``HOST_STATS_PATTERN``."""
+    return key[len(f"{PREFIX}host:") : -len(":stats")]
