@@ -45,9 +45,8 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserverVFS
 
-from shared.core import queues
 from shared.core.errors import PermanentError
-from shared.core.pipeline import sender_app
+from shared.core.pipeline import enqueue_files, enqueue_prune, enqueue_remove, sender_app
 from shared.core.settings import Settings
 from shared.index.chunking import chunk_file, language_of
 from shared.index.corpus import RedisCorpus
@@ -532,12 +531,7 @@ class Watcher:
         for batch in batches(iter(f for f, _ in files)):
             payload = [{"path": f.path, "text": f.text} for f in batch]
             tid = task_id(self.repo, *(f"{f.path}\0{f.sha256}" for f in batch))
-            sig = self.app.signature(
-                queues.INDEX_FILES,
-                args=(self.repo, payload),
-                queue=queues.ROUTES[queues.INDEX_FILES],
-            )
-            result = sig.apply_async(task_id=tid)
+            result = enqueue_files(self.app, self.repo, payload, task_id=tid)
             n += 1
             self.stats.index_tasks += 1
             self.stats.files_sent += len(batch)
@@ -550,12 +544,9 @@ class Watcher:
 
     def _send_remove(self, paths: list[str]) -> None:
         for rel in paths:
-            sig = self.app.signature(
-                queues.REMOVE_FILE,
-                args=(self.repo, rel),
-                queue=queues.ROUTES[queues.REMOVE_FILE],
+            self._inflight[rel] = enqueue_remove(
+                self.app, self.repo, rel, task_id=task_id(self.repo, rel, "removed")
             )
-            self._inflight[rel] = sig.apply_async(task_id=task_id(self.repo, rel, "removed"))
             self.stats.remove_tasks += 1
             self._local.pop(rel, None)
             with self._known_lock:
@@ -636,11 +627,12 @@ class Watcher:
         self._send_remove(removed)
         if indexed is None and self.stats.reconciles == 0:
             # Without the corpus nothing says what was indexed before this process started.
-            self.app.signature(
-                queues.PRUNE_REPO,
-                args=(self.repo, sorted(live)),
-                queue=queues.ROUTES[queues.PRUNE_REPO],
-            ).apply_async(task_id=task_id(self.repo, "prune", *sorted(live)))
+            enqueue_prune(
+                self.app,
+                self.repo,
+                sorted(live),
+                task_id=task_id(self.repo, "prune", *sorted(live)),
+            )
         self.stats.reconciles += 1
         for rel in set(self._local) - live:
             self._local.pop(rel, None)

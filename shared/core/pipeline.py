@@ -1,7 +1,10 @@
 """The pipeline wired in one place: which tasks, in which order, on which queues.
 
     embed_query [embed] → retrieve [retrieve] → rerank [rerank] → analyze [llm] → notify [notify]
+    update_group, thread_reply [notify]: a group's count updates and thread replies
     index_files / index_file [index] → embed_chunks [embed]      remove_file, prune_repo [index]
+
+Every task signature is built in this module; nothing else calls ``app.signature``.
 
 Producers and the CLI use a sending-only Celery app and enqueue by task name, so they never
 import ``workers`` (no Chroma, no LangChain in a log tailer).
@@ -12,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from celery import Celery, chain
+from celery import Celery, Signature, chain
 from celery.result import AsyncResult
 from celery.signals import before_task_publish
 
@@ -42,8 +45,26 @@ def sender_app(settings: Settings) -> Celery:
     return app
 
 
-def _sig(app: Celery, name: str, *args: Any) -> Any:
-    return app.signature(name, args=args, queue=queues.ROUTES[name])
+def _sig(
+    app: Celery, name: str, *args: Any, priority: int | None = None
+) -> Signature:  # every signature is built here
+    options: dict[str, Any] = {"queue": queues.ROUTES[name]}
+    if priority is not None:
+        options["priority"] = priority
+    return app.signature(name, args=args, **options)
+
+
+def _send(
+    app: Celery,
+    name: str,
+    *args: Any,
+    task_id: str | None = None,
+    countdown: float | None = None,
+    priority: int | None = None,
+) -> AsyncResult:
+    return _sig(app, name, *args, priority=priority).apply_async(
+        task_id=task_id, countdown=countdown
+    )
 
 
 def analysis_chain(app: Celery, event: ErrorEvent, group: GroupRef | None = None) -> Any:
@@ -60,27 +81,58 @@ def analysis_chain(app: Celery, event: ErrorEvent, group: GroupRef | None = None
     )
 
 
-def enqueue_error(app: Celery, event: ErrorEvent, group: GroupRef | None = None) -> AsyncResult:
+def enqueue_error(
+    app: Celery, event: ErrorEvent, group: GroupRef | None = None, *, task_id: str | None = None
+) -> AsyncResult:
     """Start an analysis; the returned result is the notify stage's (the message sent).
 
-    Producers go through shared.intake.submit.Intake.submit, which redacts, groups and calls this
+    Producers go through shared.intake.submit.Intake, which redacts, groups and calls this
     once per group and window; tests and tools may call it directly for one analysis.
     """
-    return analysis_chain(app, event, group).apply_async()
+    return analysis_chain(app, event, group).apply_async(task_id=task_id)
 
 
-def enqueue_files(app: Celery, repo: str, files: list[dict[str, str]]) -> AsyncResult:
+def enqueue_update_group(app: Celery, fingerprint: str, *, countdown: float) -> AsyncResult:
+    """One delayed count update that carries every repeat of its interval to Slack."""
+    return _send(app, queues.UPDATE_GROUP, fingerprint, countdown=countdown)
+
+
+def enqueue_thread_reply(app: Celery, thread_ts: str, text: str, key: str) -> AsyncResult:
+    """A reply in a message's thread, posted (and paced) by its own task, once per ``key``."""
+    return _send(app, queues.THREAD_REPLY, thread_ts, text, key)
+
+
+def enqueue_files(
+    app: Celery,
+    repo: str,
+    files: list[dict[str, str]],
+    *,
+    task_id: str | None = None,
+    priority: int | None = None,
+) -> AsyncResult:
     """Index a batch of ``{"path", "text"}`` files of one repo."""
-    return _sig(app, queues.INDEX_FILES, repo, files).apply_async()
+    return _send(app, queues.INDEX_FILES, repo, files, task_id=task_id, priority=priority)
 
 
 def enqueue_file(app: Celery, repo: str, path: str, text: str) -> AsyncResult:
-    return _sig(app, queues.INDEX_FILE, repo, path, text).apply_async()
+    return _send(app, queues.INDEX_FILE, repo, path, text)
 
 
-def enqueue_remove(app: Celery, repo: str, path: str) -> AsyncResult:
-    return _sig(app, queues.REMOVE_FILE, repo, path).apply_async()
+def enqueue_remove(app: Celery, repo: str, path: str, *, task_id: str | None = None) -> AsyncResult:
+    return _send(app, queues.REMOVE_FILE, repo, path, task_id=task_id)
 
 
-def enqueue_prune(app: Celery, repo: str, live_paths: list[str]) -> AsyncResult:
-    return _sig(app, queues.PRUNE_REPO, repo, live_paths).apply_async()
+def enqueue_prune(
+    app: Celery, repo: str, live_paths: list[str], *, task_id: str | None = None
+) -> AsyncResult:
+    return _send(app, queues.PRUNE_REPO, repo, live_paths, task_id=task_id)
+
+
+def embed_chunks_step(
+    app: Celery, repo: str, chunks: list[dict[str, Any]], plans: list[dict[str, Any]]
+) -> Signature:
+    """The embed stage that finishes an index task (``task.replace`` keeps the task's id).
+
+    Bulk embeddings sit at a lower Redis priority on the embed queue than an error's query.
+    """
+    return _sig(app, queues.EMBED_CHUNKS, repo, chunks, plans, priority=queues.BULK_PRIORITY)

@@ -13,9 +13,8 @@ import redis
 from celery import Celery
 from celery.result import AsyncResult
 
-from shared.core import queues
 from shared.core.domain import ErrorEvent, GroupRef
-from shared.core.pipeline import enqueue_error
+from shared.core.pipeline import enqueue_error, enqueue_update_group
 from shared.core.settings import Settings
 from shared.intake.fingerprint import GroupingConfig, fingerprint, load_grouping_config
 from shared.intake.groups import GroupStore
@@ -55,12 +54,7 @@ class Intake:
             return Submitted(event.id, fp.value, True, occ.count, result)
         if self.groups.claim_update(fp.value, self.settings.group_update_interval):
             # One delayed update per interval carries every repeat in it to Slack.
-            self.app.signature(
-                queues.UPDATE_GROUP,
-                args=(fp.value,),
-                queue=queues.ROUTES[queues.UPDATE_GROUP],
-                countdown=self.settings.group_update_interval,
-            ).apply_async()
+            enqueue_update_group(self.app, fp.value, countdown=self.settings.group_update_interval)
         return Submitted(event.id, fp.value, False, occ.count, None)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from shared.core import queues as q
 from shared.core.domain import Chunk
 from shared.core.errors import TransientError
+from shared.core.pipeline import embed_chunks_step
 from shared.index.indexing import FilePlan, finish_file, plan_file, prune, remove_path, store_chunks
 from workers import context
 from workers.app import app, task_options
@@ -41,13 +42,7 @@ def _index(task: Any, repo: str, files: list[dict[str, str]]) -> dict[str, Any]:
     if missing:
         # The embed stage finishes the job; replacing keeps this task's id, so whoever waits on
         # it gets the final result.
-        embed = app.signature(
-            q.EMBED_CHUNKS,
-            args=(repo, missing, [_plan_dict(p) for p in plans]),
-            queue=q.ROUTES[q.EMBED_CHUNKS],
-            priority=q.BULK_PRIORITY,
-        )
-        raise task.replace(embed)
+        raise task.replace(embed_chunks_step(app, repo, missing, [_plan_dict(p) for p in plans]))
     return _finish(repo, plans, embedded=0)
 
 
