@@ -37,9 +37,15 @@ TOKEN = "bench"
 
 
 def record(i: int) -> str:
-    return json.dumps({"service": "shop-api", "repo": "bench", "level": "ERROR",
-                       "message": f"ZeroDivisionError: division by zero (request {i})",
-                       "stack": TRACE})
+    return json.dumps(
+        {
+            "service": "shop-api",
+            "repo": "bench",
+            "level": "ERROR",
+            "message": f"ZeroDivisionError: division by zero (request {i})",
+            "stack": TRACE,
+        }
+    )
 
 
 def run(url: str, bodies: list[str], clients: int) -> float:
@@ -84,8 +90,15 @@ def make_log(path: Path, megabytes: int) -> tuple[int, int]:
 def tail_file(path: Path, state: Path, enqueue: Callable[[Any], None]) -> tuple[float, int]:
     from producers.tailer import Tailer
 
-    tailer = Tailer([str(path)], service="shop-api", repo="bench", enqueue=enqueue,
-                    state_path=state, from_start=True, flush_after=0.2)
+    tailer = Tailer(
+        [str(path)],
+        service="shop-api",
+        repo="bench",
+        enqueue=enqueue,
+        state_path=state,
+        from_start=True,
+        flush_after=0.2,
+    )
     size = path.stat().st_size
     t0 = time.perf_counter()
     try:
@@ -116,39 +129,53 @@ def main() -> int:
         from shared.core.settings import Settings
 
         app = sender_app(Settings(redis_url=redis_url))
-        secs_full, events_full = tail_file(log, Path(tmp) / "s2.json",
-                                           lambda e: enqueue_error(app, e))
+        secs_full, events_full = tail_file(
+            log, Path(tmp) / "s2.json", lambda e: enqueue_error(app, e)
+        )
         app.close()
-        tail_rows = [("read + group (no-op enqueue)", secs_parse, events_parse),
-                     ("read + group + enqueue to Redis", secs_full, events_full)]
-        ingest, url = start_ingest(Path(tmp), {"TRACEHOUND_REDIS_URL": redis_url,
-                                               "TRACEHOUND_INGEST_TOKEN": TOKEN})
+        tail_rows = [
+            ("read + group (no-op enqueue)", secs_parse, events_parse),
+            ("read + group + enqueue to Redis", secs_full, events_full),
+        ]
+        ingest, url = start_ingest(
+            Path(tmp), {"TRACEHOUND_REDIS_URL": redis_url, "TRACEHOUND_INGEST_TOKEN": TOKEN}
+        )
         try:
             single = [record(i) for i in range(args.events // 5)]
             rows.append(("1 event / request", len(single), run(url, single, args.clients)))
-            batched = ["\n".join(record(i) for i in range(j, j + 100))
-                       for j in range(0, args.events, 100)]
-            rows.append(("NDJSON, 100 / request", len(batched) * 100,
-                         run(url, batched, args.clients)))
+            batched = [
+                "\n".join(record(i) for i in range(j, j + 100)) for j in range(0, args.events, 100)
+            ]
+            rows.append(
+                ("NDJSON, 100 / request", len(batched) * 100, run(url, batched, args.clients))
+            )
             queued = redis.Redis.from_url(redis_url).llen("embed")
         finally:
             ingest.stop()
             redis_proc.stop()
-    print(f"\nLog tailer, {mb:,.0f} MB log, {n_lines:,} lines, {n_errors:,} tracebacks (1% of "
-          "records), read from the start\n")
+    print(
+        f"\nLog tailer, {mb:,.0f} MB log, {n_lines:,} lines, {n_errors:,} tracebacks (1% of "
+        "records), read from the start\n"
+    )
     print("| tailer | seconds | MB/s | lines/s | events/s | events |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, secs, events in tail_rows:
-        print(f"| {name} | {secs:.1f} | {mb / secs:,.1f} | {n_lines / secs:,.0f} | "
-              f"{events / secs:,.0f} | {events:,} |")
-    print(f"\nHTTP ingest → Redis, {args.clients} client threads, sample trace "
-          f"({len(TRACE)} bytes) per event, 2 cores shared by client, server and Redis\n")
+        print(
+            f"| {name} | {secs:.1f} | {mb / secs:,.1f} | {n_lines / secs:,.0f} | "
+            f"{events / secs:,.0f} | {events:,} |"
+        )
+    print(
+        f"\nHTTP ingest → Redis, {args.clients} client threads, sample trace "
+        f"({len(TRACE)} bytes) per event, 2 cores shared by client, server and Redis\n"
+    )
     print("| request shape | events | seconds | events/s |")
     print("|---|---:|---:|---:|")
     for name, n, secs in rows:
         print(f"| {name} | {n} | {secs:.2f} | {n / secs:,.0f} |")
-    print(f"\nchains waiting on the embed queue afterwards: {queued} "
-          f"(expected {sum(n for _, n, _ in rows) + events_full})")
+    print(
+        f"\nchains waiting on the embed queue afterwards: {queued} "
+        f"(expected {sum(n for _, n, _ in rows) + events_full})"
+    )
     return 0
 
 

@@ -43,12 +43,17 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--errors", type=int, default=100)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="th-bench-") as tmp, OllamaSimulator() as ollama, \
-            SlackSimulator() as slack:
+    with (
+        tempfile.TemporaryDirectory(prefix="th-bench-") as tmp,
+        OllamaSimulator() as ollama,
+        SlackSimulator() as slack,
+    ):
         env = {
             "TRACEHOUND_OLLAMA_URL": ollama.url,
-            "TRACEHOUND_RERANK_BACKEND": "llamacpp", "TRACEHOUND_RERANK_URL": ollama.url,
-            "TRACEHOUND_SLACK_BOT_TOKEN": "xoxb-bench", "TRACEHOUND_SLACK_CHANNEL": "C0BENCH",
+            "TRACEHOUND_RERANK_BACKEND": "llamacpp",
+            "TRACEHOUND_RERANK_URL": ollama.url,
+            "TRACEHOUND_SLACK_BOT_TOKEN": "xoxb-bench",
+            "TRACEHOUND_SLACK_CHANNEL": "C0BENCH",
             "TRACEHOUND_SLACK_BASE_URL": slack.url + "/api/",
             # Slack's ~1 message/s per channel would cap this at 1/s; measure tracehound.
             "TRACEHOUND_SLACK_PACE": "0",
@@ -58,8 +63,9 @@ def main() -> int:
             stack.start_services()
             stack.start_workers()
             app = sender_app(Settings(redis_url=stack.env["TRACEHOUND_REDIS_URL"]))
-            index_repository(app, ROOT / "tests/data/sample-service", "bench",
-                             max_bytes=1_000_000, timeout=300)
+            index_repository(
+                app, ROOT / "tests/data/sample-service", "bench", max_bytes=1_000_000, timeout=300
+            )
 
             def event():  # type: ignore[no-untyped-def]
                 return parse_error_input(TRACE, service="shop-api", repo="bench")
@@ -85,16 +91,22 @@ def main() -> int:
             stack.stop()
 
     ms = 1000.0
-    print(f"\nPipeline overhead, {args.errors} errors, zero-latency simulators "
-          f"(2 cores; workers: embed, rerank, llm at -c 1, cpu at -c 2)\n")
+    print(
+        f"\nPipeline overhead, {args.errors} errors, zero-latency simulators "
+        f"(2 cores; workers: embed, rerank, llm at -c 1, cpu at -c 2)\n"
+    )
     print("| mode       | p50 ms | p95 ms | max ms | mean ms | throughput |")
     print("|------------|-------:|-------:|-------:|--------:|-----------:|")
-    print(f"| sequential | {pct(sequential, .5) * ms:6.0f} | {pct(sequential, .95) * ms:6.0f} | "
-          f"{max(sequential) * ms:6.0f} | {statistics.mean(sequential) * ms:7.0f} | "
-          f"{len(sequential) / sum(sequential):6.1f} / s |")
-    print(f"| burst      | {pct(burst, .5) * ms:6.0f} | {pct(burst, .95) * ms:6.0f} | "
-          f"{max(burst) * ms:6.0f} | {statistics.mean(burst) * ms:7.0f} | "
-          f"{args.errors / makespan:6.1f} / s |")
+    print(
+        f"| sequential | {pct(sequential, 0.5) * ms:6.0f} | {pct(sequential, 0.95) * ms:6.0f} | "
+        f"{max(sequential) * ms:6.0f} | {statistics.mean(sequential) * ms:7.0f} | "
+        f"{len(sequential) / sum(sequential):6.1f} / s |"
+    )
+    print(
+        f"| burst      | {pct(burst, 0.5) * ms:6.0f} | {pct(burst, 0.95) * ms:6.0f} | "
+        f"{max(burst) * ms:6.0f} | {statistics.mean(burst) * ms:7.0f} | "
+        f"{args.errors / makespan:6.1f} / s |"
+    )
     return 0
 
 
