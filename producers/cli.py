@@ -343,6 +343,7 @@ def eval_(
         run_eval,
     )
     from shared.models.reranker import HttpReranker
+    from shared.retrieve.priors import PathPrior
 
     settings = load_settings()
     reranker = None
@@ -384,7 +385,7 @@ def eval_(
             cache=cache,
             depth=settings.candidate_depth,
             rrf_k=settings.rrf_k,
-            prior=settings.path_prior(),
+            prior=PathPrior.from_settings(settings),
             shown=settings.top_k,
             on_event=lambda msg: err.print(msg, highlight=False),
         )

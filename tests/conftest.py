@@ -17,7 +17,7 @@ import redis
 
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack, free_port
+from shared.devtools.localstack import LocalStack, free_port, start_redis
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 
@@ -44,6 +44,25 @@ def rerank_sim() -> Iterator[OllamaSimulator]:
 def slack_sim() -> Iterator[SlackSimulator]:
     with SlackSimulator() as sim:
         yield sim
+
+
+@pytest.fixture(scope="session")
+def private_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A redis-server of this test session's own, for tests that need Redis but no workers."""
+    proc, url = start_redis(tmp_path_factory.mktemp("redis"))
+    try:
+        yield url
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def fresh_redis(private_redis_url: str) -> Iterator[redis.Redis]:
+    """A client of the private redis-server, emptied before the test."""
+    client = redis.Redis.from_url(private_redis_url)
+    client.flushdb()
+    yield client
+    client.close()
 
 
 @pytest.fixture(scope="session")

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_init
 
 from shared.core import queues
-from workers import context, metrics  # noqa: F401  (metrics connects its signal handlers)
+from workers import context, metrics  # metrics connects its signal handlers on import
 
 app = Celery(
     "tracehound",
@@ -23,6 +24,13 @@ def _configure(sender: Celery, **_: Any) -> None:
             s.redis_url, max_retries=s.stage_max_retries, backoff_max=s.retry_backoff_max
         )
     )
+
+
+@worker_init.connect
+def _serve_metrics(**_: Any) -> None:
+    port = context.settings().metrics_port
+    if port:
+        metrics.serve(port, context.settings().data_dir)
 
 
 def task_options(name: str, *, retry_forever: bool = False) -> dict[str, Any]:

@@ -6,15 +6,18 @@ from functools import cached_property
 from typing import Any
 
 import redis
+from celery import current_app
 from celery.signals import task_postrun, worker_process_init, worker_process_shutdown
 
-from shared.analyze.llm import ChatModel, OllamaChat
+from shared.analyze.cache import AnalysisCache
 from shared.core import queues
+from shared.core.pipeline import enqueue_thread_reply
 from shared.core.settings import Settings
 from shared.index.corpus import RedisCorpus
 from shared.index.vectors import ChromaVectorIndex
 from shared.intake.groups import GroupStore
 from shared.intake.redact import Redactor
+from shared.models.chat import ChatModel, OllamaChat
 from shared.models.embedder import Embedder, OllamaEmbedder
 from shared.models.hosts import (
     PRIORITY_BULK,
@@ -26,6 +29,7 @@ from shared.models.hosts import (
 )
 from shared.models.leased import LeasedChat, LeasedEmbedder, LeasedReranker
 from shared.models.reranker import HttpReranker, Reranker
+from shared.notify.delivery import Courier, DeliveryPolicy
 from shared.notify.notifiers import (
     ConsoleNotifier,
     Notifier,
@@ -58,7 +62,7 @@ class Clients:
 
     @cached_property
     def prior(self) -> PathPrior:
-        return self.settings.path_prior()
+        return PathPrior.from_settings(self.settings)
 
     @cached_property
     def vectors(self) -> ChromaVectorIndex:
@@ -136,6 +140,41 @@ class Clients:
     def redactor(self) -> Redactor:
         s = self.settings
         return Redactor.from_settings(s.redact, s.redact_extra, s.redact_disable)
+
+    @cached_property
+    def analysis_cache(self) -> AnalysisCache:
+        return AnalysisCache(self.redis)
+
+    @cached_property
+    def courier(self) -> Courier:
+        """What the notify tasks deliver with (shared/notify/delivery.py)."""
+        s = self.settings
+        if s.slack_channel:
+            channel = s.slack_channel
+        elif s.slack_webhook_url:
+            channel = s.slack_webhook_url.get_secret_value()  # hashed inside the pacing key
+        else:
+            channel = "console"
+        return Courier(
+            r=self.redis,
+            groups=self.groups,
+            notifier=self.notifier,
+            console=self.console,
+            policy=DeliveryPolicy(
+                channel=channel,
+                pace_s=s.slack_pace,
+                thread_only=s.slack_thread_only,
+                update_interval_s=s.group_update_interval,
+                repo_url_template=s.repo_url_template,
+                min_relevance=s.min_relevance,
+                claim_ttl_s=queues.TIME_LIMITS[queues.NOTIFY] + 30,
+            ),
+            reply_later=self._reply_later,
+            on_fallback=metrics.fallback,
+        )
+
+    def _reply_later(self, thread_ts: str, text: str, key: str) -> None:
+        enqueue_thread_reply(current_app._get_current_object(), thread_ts, text, key)
 
     @cached_property
     def console(self) -> ConsoleNotifier:

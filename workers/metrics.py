@@ -20,7 +20,6 @@ from celery.signals import (
     task_postrun,
     task_prerun,
     task_retry,
-    worker_init,
     worker_process_shutdown,
 )
 
@@ -111,15 +110,9 @@ def _retry(sender: Any = None, **_: Any) -> None:
         m.retries.labels(_stage(sender)).inc()
 
 
-@worker_init.connect
-def _serve(**_: Any) -> None:
+def serve(port: int, data_dir: Path) -> None:
     """In the worker's main process, before the pool forks: start the /metrics server."""
-    from workers import context  # the app module imports this one: resolve at run time
-
-    port = context.settings().metrics_port
-    if not port:
-        return
-    directory = Path(context.settings().data_dir) / "metrics" / f"worker-{os.getpid()}"
+    directory = Path(data_dir) / "metrics" / f"worker-{os.getpid()}"
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)

@@ -123,7 +123,7 @@ class StageVisit(Frozen):
 
 
 class GroupRef(Frozen):
-    """Which error group and window an analysis is for (see shared/groups.py)."""
+    """Which error group and window an analysis is for (see shared/intake/groups.py)."""
 
     fingerprint: str
     window_start: int  # ms, Redis time

@@ -9,7 +9,47 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from shared.retrieve.priors import DEFAULT_DEMOTE, DEFAULT_DEMOTE_WEIGHT, PathPrior
+# Tests, docs, examples and config: rarely where a production fix lands, so retrieval weighs
+# them down (shared/retrieve/priors.py says why). gitignore syntax, on repo-relative paths.
+DEFAULT_DEMOTE: tuple[str, ...] = (
+    # tests
+    "test/",
+    "tests/",
+    "testing/",
+    "__tests__/",
+    "spec/",
+    "test_*.py",
+    "*_test.py",
+    "conftest.py",
+    "*_test.go",
+    "*.test.[jt]s",
+    "*.spec.[jt]s",
+    "*Test.java",
+    "*Tests.java",
+    # documentation, examples, benchmarks
+    "doc/",
+    "docs/",
+    "examples/",
+    "example/",
+    "benchmarks/",
+    "asv_benchmarks/",
+    "*.rst",
+    "*.md",
+    "*.txt",
+    "CHANGELOG*",
+    "CHANGES*",
+    "HISTORY*",
+    # packaging and configuration
+    "setup.py",
+    "*.cfg",
+    "*.ini",
+    "*.toml",
+    "*.yml",
+    "*.yaml",
+    "*.json",
+)
+DEFAULT_DEMOTE_WEIGHT = 0.3
+
 
 RerankBackend = Literal["none", "llamacpp", "vllm", "jina", "cohere", "tei", "ollama"]
 
@@ -132,9 +172,6 @@ class Settings(BaseSettings):
     notify_file: Path | None = Field(
         None, description="Console notifier's JSON-lines file; default DATA_DIR/notifications.jsonl"
     )
-
-    def path_prior(self) -> PathPrior:
-        return PathPrior(self.demote_paths, self.demote_weight)
 
     @model_validator(mode="after")
     def _check(self) -> Settings:

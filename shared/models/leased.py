@@ -1,11 +1,11 @@
-"""Model clients that run every call under their host's lease (see shared/hosts.py)."""
+"""Model clients that run every call under their host's lease (see shared/models/hosts.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from shared.analyze.llm import ChatModel
+from shared.models.chat import ChatModel
 from shared.models.embedder import Embedder
 from shared.models.hosts import HostSession
 from shared.models.reranker import Reranker

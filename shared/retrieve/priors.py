@@ -4,7 +4,9 @@ An error from a running service is raised in the service's own code; its tests, 
 examples and benchmarks share its vocabulary (a test of ``export_text`` says ``export_text``
 as often as the function does) but are almost never where the fix lands. Retrieval still
 searches them — a frame or a strong match can lift them back up — but their fused score is
-multiplied by a weight below 1, so on a tie the source file wins.
+multiplied by a weight below 1, so on a tie the source file wins. The patterns and the
+weight are settings (``TRACEHOUND_DEMOTE_PATHS``, ``TRACEHOUND_DEMOTE_WEIGHT``); their
+defaults are in shared/core/settings.py.
 """
 
 from __future__ import annotations
@@ -13,53 +15,13 @@ from collections.abc import Sequence
 
 import pathspec
 
-# gitignore syntax, matched against repo-relative paths.
-DEFAULT_DEMOTE: tuple[str, ...] = (
-    # tests
-    "test/",
-    "tests/",
-    "testing/",
-    "__tests__/",
-    "spec/",
-    "test_*.py",
-    "*_test.py",
-    "conftest.py",
-    "*_test.go",
-    "*.test.[jt]s",
-    "*.spec.[jt]s",
-    "*Test.java",
-    "*Tests.java",
-    # documentation, examples, benchmarks
-    "doc/",
-    "docs/",
-    "examples/",
-    "example/",
-    "benchmarks/",
-    "asv_benchmarks/",
-    "*.rst",
-    "*.md",
-    "*.txt",
-    "CHANGELOG*",
-    "CHANGES*",
-    "HISTORY*",
-    # packaging and configuration
-    "setup.py",
-    "*.cfg",
-    "*.ini",
-    "*.toml",
-    "*.yml",
-    "*.yaml",
-    "*.json",
-)
-DEFAULT_DEMOTE_WEIGHT = 0.3
+from shared.core.settings import Settings
 
 
 class PathPrior:
     """A weight per path: ``weight`` for paths matching ``patterns``, else 1."""
 
-    def __init__(
-        self, patterns: Sequence[str] = DEFAULT_DEMOTE, weight: float = DEFAULT_DEMOTE_WEIGHT
-    ) -> None:
+    def __init__(self, patterns: Sequence[str], weight: float) -> None:
         if not 0 <= weight <= 1:
             raise ValueError(f"demote weight must be within [0, 1], not {weight}")
         self.weight = weight
@@ -72,3 +34,6 @@ class PathPrior:
             w = self._known[path] = self.weight if self._spec.match_file(path) else 1.0
         return w
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> PathPrior:
+        return cls(settings.demote_paths, settings.demote_weight)

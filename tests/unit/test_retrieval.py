@@ -6,11 +6,12 @@ from collections.abc import Sequence
 
 import pytest
 
+from shared.core.settings import DEFAULT_DEMOTE, DEFAULT_DEMOTE_WEIGHT
 from shared.devtools.eval import MemoryIndex, SimulatorEmbedder, embed_chunks
 from shared.index.chunking import chunk_file, defined_names
 from shared.retrieve.hybrid import hybrid_retrieve
 from shared.retrieve.keywords import MAX_DEFINITIONS, defining, symbol_table
-from shared.retrieve.priors import DEFAULT_DEMOTE, PathPrior
+from shared.retrieve.priors import PathPrior
 
 FILES = {
     "shop/pricing.py": (
@@ -76,7 +77,7 @@ def test_defined_names_cover_methods_inside_a_one_chunk_class() -> None:
 
 
 def test_the_default_prior_demotes_tests_docs_and_config_only() -> None:
-    prior = PathPrior()
+    prior = PathPrior(DEFAULT_DEMOTE, DEFAULT_DEMOTE_WEIGHT)
     for path in (
         "tests/test_pricing.py",
         "src/pkg/tests/helpers.py",
@@ -99,7 +100,9 @@ def test_the_prior_puts_source_above_a_test_with_more_matching_words() -> None:
     idx = index()
     query = "apply_discount divides the total by the count wrongly"
     assert ranked(query, idx, ["bm25"])[0] == "tests/test_pricing.py"
-    with_prior = ranked(query, idx, ["bm25"], prior=PathPrior())
+    with_prior = ranked(
+        query, idx, ["bm25"], prior=PathPrior(DEFAULT_DEMOTE, DEFAULT_DEMOTE_WEIGHT)
+    )
     assert with_prior.index("shop/pricing.py") < with_prior.index("tests/test_pricing.py")
 
 

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from shared.core.settings import Settings, mask_url_password
+from shared.retrieve.priors import PathPrior
 
 
 @pytest.fixture(autouse=True)
@@ -176,10 +177,10 @@ def test_an_invalid_setting_never_prints_the_secret_it_rejected() -> None:
 def test_the_path_prior_is_configured_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert Settings().path_prior()("tests/test_app.py") == pytest.approx(0.3)
+    assert PathPrior.from_settings(Settings())("tests/test_app.py") == pytest.approx(0.3)
     monkeypatch.setenv("TRACEHOUND_DEMOTE_PATHS", '["qa/", "*.feature"]')
     monkeypatch.setenv("TRACEHOUND_DEMOTE_WEIGHT", "0.5")
-    prior = Settings().path_prior()
+    prior = PathPrior.from_settings(Settings())
     assert prior("qa/login_check.py") == prior("features/pay.feature") == 0.5
     assert prior("tests/test_app.py") == prior("app/orders.py") == 1.0
     monkeypatch.setenv("TRACEHOUND_DEMOTE_WEIGHT", "2")

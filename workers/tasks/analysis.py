@@ -1,22 +1,21 @@
 """The analysis chain's five stages; each takes and returns an Investigation as JSON.
 
-Wired in shared/pipeline.py: embed_query → retrieve → rerank → analyze → notify. A stage that
+Wired in shared/core/pipeline.py: embed_query → retrieve → rerank → analyze → notify. A stage that
 cannot do its job degrades and says so in the investigation's notes, so every event ends in a
 message; only Slack delivery retries until Slack takes it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from shared.analyze.llm import analyze as run_analysis
-from shared.analyze.llm import degraded, prompt_version
+from shared.analyze.llm import degraded
+from shared.analyze.stage import analyze_investigation, with_analysis
 from shared.core import queues as q
-from shared.core.domain import Analysis, Investigation
+from shared.core.domain import Investigation
 from shared.core.errors import PermanentError, TracehoundError, TransientError
 from shared.models.reranker import rerank_candidates
 from shared.retrieve.hybrid import hybrid_retrieve
@@ -30,18 +29,6 @@ log = logging.getLogger(__name__)
 
 def _load(task: Any, payload: dict[str, Any]) -> Investigation:
     return Investigation.model_validate(payload).visited(*visit(task))
-
-
-ANALYSIS_CACHE_TTL = 30 * 24 * 3600
-
-
-def _analysis_key(inv: Investigation, model: str) -> str | None:
-    """Group + model + prompt version + the exact code shown (chunk ids hash their text)."""
-    if inv.group is None:
-        return None
-    chunk_ids = sorted(h.chunk_id for c in inv.candidates for h in c.chunks)
-    key = "\0".join([inv.group.fingerprint, model, prompt_version(), *chunk_ids])
-    return f"th:analysis:{hashlib.sha1(key.encode()).hexdigest()}"
 
 
 @app.task(**task_options(q.EMBED_QUERY))
@@ -129,41 +116,19 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     """LLM analysis with a JSON schema; transient failures retried, then a degraded analysis."""
     inv = _load(self, payload)
     ctx = context.clients()
-    cache_key = _analysis_key(inv, ctx.chat.model)
-    cached = ctx.redis.get(cache_key) if cache_key else None
-    if cached:
-        # Same group, model, prompt and code as an earlier analysis: it would say the same.
-        analysis = Analysis.model_validate_json(cached)
-        inv = inv.noted("analysis: reused from an earlier occurrence (code unchanged)")
-        return inv.model_copy(update={"analysis": analysis}).model_dump(mode="json")
-    # Code can hold secrets too (a config default, a test fixture): redact what the LLM reads.
-    safe = [
-        c.model_copy(
-            update={
-                "chunks": [
-                    h.model_copy(update={"text": ctx.redactor.redact(h.text)}) for h in c.chunks
-                ]
-            }
-        )
-        for c in inv.candidates
-    ]
     try:
-        analysis = run_analysis(inv.event, safe, ctx.chat)
+        done = analyze_investigation(
+            inv,
+            chat=ctx.chat,
+            redact=ctx.redactor.redact,
+            cache=ctx.analysis_cache,
+            may_retry=attempts_left(self),
+        )
     except TransientError as exc:
-        if attempts_left(self):
-            raise retry(self, exc) from exc
-        analysis = degraded(f"LLM failed: {exc}", model=ctx.chat.model)
-    except PermanentError as exc:
-        analysis = degraded(f"LLM failed: {exc}", model=ctx.chat.model)
+        raise retry(self, exc) from exc
     except SoftTimeLimitExceeded:
-        analysis = degraded(
-            f"LLM took longer than {q.TIME_LIMITS[q.ANALYZE] - 10}s", model=ctx.chat.model
-        )
-    if analysis.degraded:
+        limit = q.TIME_LIMITS[q.ANALYZE] - 10
+        done = with_analysis(inv, degraded(f"LLM took longer than {limit}s", model=ctx.chat.model))
+    if done.analysis is not None and done.analysis.degraded:
         metrics.fallback("analyze")
-        log.warning(
-            "analyze.degraded", extra={"event_id": inv.event.id, "reason": analysis.degraded_reason}
-        )
-    elif cache_key:
-        ctx.redis.set(cache_key, analysis.model_dump_json(), ex=ANALYSIS_CACHE_TTL)
-    return inv.model_copy(update={"analysis": analysis}).model_dump(mode="json")
+    return done.model_dump(mode="json")

@@ -1,0 +1,69 @@
+"""The analyze stage as a plain function: cache, redaction, the LLM call, degradation.
+
+workers/tasks/analysis.py calls ``analyze_investigation`` from the ``analyze`` task [llm].
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from shared.analyze.cache import AnalysisCache, cache_identity
+from shared.analyze.llm import analyze, degraded, prompt_version
+from shared.core.domain import Analysis, Candidate, Investigation
+from shared.core.errors import PermanentError, TransientError
+from shared.models.chat import ChatModel
+
+log = logging.getLogger(__name__)
+
+REUSED_NOTE = "analysis: reused from an earlier occurrence (code unchanged)"
+
+
+def redacted_candidates(
+    candidates: list[Candidate], redact: Callable[[str], str]
+) -> list[Candidate]:
+    """Code can hold secrets too (a config default, a test fixture): redact what the LLM reads."""
+    return [
+        c.model_copy(
+            update={"chunks": [h.model_copy(update={"text": redact(h.text)}) for h in c.chunks]}
+        )
+        for c in candidates
+    ]
+
+
+def with_analysis(inv: Investigation, analysis: Analysis) -> Investigation:
+    if analysis.degraded:
+        log.warning(
+            "analyze.degraded", extra={"event_id": inv.event.id, "reason": analysis.degraded_reason}
+        )
+    return inv.model_copy(update={"analysis": analysis})
+
+
+def analyze_investigation(
+    inv: Investigation,
+    *,
+    chat: ChatModel,
+    redact: Callable[[str], str],
+    cache: AnalysisCache,
+    may_retry: bool,
+) -> Investigation:
+    """The investigation with its analysis: cached, asked of the model, or degraded.
+
+    A transient model failure is raised while ``may_retry`` (the task retries it with
+    backoff); after that, and for a permanent failure, the analysis is degraded and says why.
+    """
+    identity = cache_identity(inv, chat.model, prompt_version())
+    cached = cache.get(identity)
+    if cached is not None:
+        # Same group, model, prompt and code as an earlier analysis: it would say the same.
+        return inv.noted(REUSED_NOTE).model_copy(update={"analysis": cached})
+    try:
+        analysis = analyze(inv.event, redacted_candidates(inv.candidates, redact), chat)
+    except TransientError as exc:
+        if may_retry:
+            raise
+        analysis = degraded(f"LLM failed: {exc}", model=chat.model)
+    except PermanentError as exc:
+        analysis = degraded(f"LLM failed: {exc}", model=chat.model)
+    cache.put(identity, analysis)
+    return with_analysis(inv, analysis)

@@ -1,0 +1,255 @@
+"""Delivery policy: one message per group and window, paced per channel, never dropped.
+
+The notify tasks (workers/tasks/delivery.py) only unpack and call these functions:
+
+- ``deliver``: claim the group window (SET NX), build the message, take the channel's posting
+  slot, post (or reply in the first message's thread when ``thread_only`` and the group
+  recurs after its window), keep a refused message in the console file, record the message
+  so repeats can update its count, and record the result under the claim.
+- ``update_counts``: rewrite the count on a group's message, and at most one "still
+  happening" thread reply per interval.
+- ``post_reply``: one thread reply, once per key.
+
+Exceptions tell the task what to do: ``Paced`` and ``ClaimHeld`` mean "come back shortly",
+``MessageNotOut`` "come back after the interval", ``TransientError`` "retry with backoff".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from shared.core import keys
+from shared.core.domain import GroupRef, Investigation, Notification
+from shared.core.errors import PermanentError, TransientError
+from shared.intake.groups import GroupState, GroupStore
+from shared.notify.message import (
+    MessageOptions,
+    Occurrences,
+    build_message,
+    escape,
+    top_files,
+    trace_reply,
+    with_occurrences,
+)
+from shared.notify.notifiers import Delivery, Notifier
+
+log = logging.getLogger(__name__)
+
+NOTIFIED_TTL = 7 * 24 * 3600  # how long a sent message's record answers a redelivered task
+PENDING = b"pending"
+
+
+class Paced(Exception):
+    """The channel's posting slot is taken: try again in about a second."""
+
+
+class ClaimHeld(Exception):
+    """Another run of this delivery holds the claim: try again once it has resolved."""
+
+
+class MessageNotOut(Exception):
+    """The group's message for this window is not posted yet (its analysis still runs)."""
+
+
+@dataclass(frozen=True)
+class DeliveryPolicy:
+    """The settings delivery follows (from TRACEHOUND_* via workers/context.py)."""
+
+    channel: str  # what pacing is keyed on: the Slack channel, webhook URL, or "console"
+    pace_s: float = 1.0
+    thread_only: bool = False
+    update_interval_s: float = 60.0
+    repo_url_template: str | None = None
+    min_relevance: float = 0.0
+    claim_ttl_s: int = 90  # a crashed run's claim frees the window after this
+
+
+@dataclass
+class Courier:
+    """Everything delivery touches, built once per worker process."""
+
+    r: redis.Redis
+    groups: GroupStore
+    notifier: Notifier
+    console: Notifier  # where a refused message is kept
+    policy: DeliveryPolicy
+    reply_later: Callable[[str, str, str], object]  # (thread_ts, text, key) -> enqueued
+    on_fallback: Callable[[str], None] = field(default=lambda stage: None)
+
+
+# --- pure decisions ---------------------------------------------------------------------------
+
+
+def claim_id(inv: Investigation) -> str:
+    """What is delivered once: the group's window, or the event itself without a group."""
+    group = inv.group
+    return f"{group.fingerprint}:{group.window_start}" if group else inv.event.id
+
+
+def thread_target(
+    group: GroupRef | None, state: GroupState | None, thread_only: bool
+) -> str | None:
+    """The first message's ts when a recurrence after its window should reply in its thread."""
+    if not (group and state and thread_only and state.msg_ts):
+        return None
+    return state.msg_ts if state.msg_window != group.window_start else None
+
+
+def occurrences_of(state: GroupState | None) -> Occurrences | None:
+    if state is None:
+        return None
+    return Occurrences(state.window_count, state.first_seen, state.last_seen)
+
+
+def reply_due(state: GroupState, now_ms: int, interval_s: float) -> bool:
+    """A "still happening" thread reply is due once per interval."""
+    return state.thread_reply_at is None or now_ms - state.thread_reply_at >= interval_s * 1000
+
+
+def still_happening(count: int) -> str:
+    return escape(f"Still happening: {count:,} occurrences in this window, the latest just now.")
+
+
+# --- Redis-backed steps -----------------------------------------------------------------------
+
+
+def claim(r: redis.Redis, guard: str, ttl_s: int) -> dict[str, Any] | None:
+    """Claim a delivery before posting: None when claimed; the earlier result when it was
+    delivered already; ``ClaimHeld`` while another run is posting it."""
+    key = keys.notified(guard)
+    if r.set(key, PENDING, nx=True, ex=ttl_s):
+        return None
+    sent = r.get(key)
+    if sent and sent != PENDING:
+        return dict(json.loads(sent))
+    raise ClaimHeld(guard)
+
+
+def take_slot(r: redis.Redis, channel: str, pace_s: float) -> None:
+    """Hold the channel's posting slot for ``pace_s``, or raise ``Paced``."""
+    pace_ms = int(pace_s * 1000)
+    if pace_ms > 0 and not r.set(keys.slack_pace(channel), "1", nx=True, px=pace_ms):
+        raise Paced(channel)
+
+
+def _keep_refused(
+    inv: Investigation, text: str, blocks: list[dict[str, Any]], reason: str, c: Courier
+) -> Delivery:
+    """Never drop a finished analysis: keep it in the console notifier's file, loudly."""
+    log.error("notify.fallback", extra={"event_id": inv.event.id, "reason": reason})
+    c.on_fallback("notify")
+    kept = c.console.send(text, blocks)
+    return Delivery(f"console (slack failed: {reason})", channel=kept.channel)
+
+
+def deliver(inv: Investigation, c: Courier) -> Notification:
+    """Post the investigation's message once per group and window (see the module doc)."""
+    p = c.policy
+    guard = claim_id(inv)
+    earlier = claim(c.r, guard, p.claim_ttl_s)
+    if earlier is not None:
+        return Notification.model_validate(earlier)
+    group = inv.group
+    state = c.groups.state(group.fingerprint) if group else None
+    in_thread_of = thread_target(group, state, p.thread_only)
+    options = MessageOptions(
+        repo_url_template=p.repo_url_template,
+        min_relevance=p.min_relevance,
+        occurrences=occurrences_of(state),
+        trace_in_thread=c.notifier.destination == "slack" and bool(inv.event.stacktrace.strip()),
+    )
+    text, blocks = build_message(inv, options)
+    try:
+        take_slot(c.r, p.channel, p.pace_s)
+        delivery = c.notifier.send(text, blocks, thread_ts=in_thread_of)
+    except PermanentError as exc:
+        delivery = _keep_refused(inv, text, blocks, str(exc), c)
+    except BaseException:
+        c.r.delete(keys.notified(guard))  # paced, Slack down, or a crash: the next run posts
+        raise
+    if options.trace_in_thread and delivery.ts and delivery.destination == "slack":
+        c.reply_later(delivery.ts, trace_reply(inv), f"{delivery.ts}:trace")
+    if group and delivery.ts and in_thread_of is None:
+        c.groups.set_message(
+            group.fingerprint, group.window_start, delivery.channel, delivery.ts, text, blocks
+        )
+    result = Notification(
+        event_id=inv.event.id,
+        destination=delivery.destination,
+        channel=delivery.channel,
+        ts=delivery.ts,
+        text=text,
+        blocks=blocks,
+        notes=inv.notes,
+        top_files=top_files(inv),
+        trail=inv.trail,
+        analysis=inv.analysis,
+    )
+    c.r.set(keys.notified(guard), result.model_dump_json(), ex=NOTIFIED_TTL)
+    return result
+
+
+def post_reply(thread_ts: str, text: str, key: str, c: Courier) -> bool:
+    """One reply in a message's thread, paced like every post; False if Slack refused it or it
+    was posted before."""
+    guard = keys.replied(key)
+    if c.r.exists(guard):
+        return False
+    block = {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+    take_slot(c.r, c.policy.channel, c.policy.pace_s)
+    try:
+        c.notifier.send(text, [block], thread_ts=thread_ts)
+    except PermanentError as exc:  # the top-level message is out; a reply is not worth more
+        log.warning("thread_reply.refused", extra={"thread_ts": thread_ts, "reason": str(exc)})
+        return False
+    c.r.set(guard, "1", ex=NOTIFIED_TTL)
+    return True
+
+
+def update_counts(fingerprint: str, c: Courier) -> int | None:
+    """Rewrite the count on the group's message; the count shown, or None if there is nothing
+    to update (the group expired, or Slack refused). ``MessageNotOut`` while its message is
+    not posted yet."""
+    state = c.groups.state(fingerprint)
+    if state is None:
+        return None
+    message = c.groups.message(fingerprint)
+    if not state.msg_ts or state.msg_window != state.window_start or message is None:
+        raise MessageNotOut(fingerprint)
+    occ = occurrences_of(state)
+    assert occ is not None
+    blocks = with_occurrences(message["blocks"], occ)
+    channel = state.msg_channel or c.policy.channel
+    take_slot(c.r, c.policy.channel, c.policy.pace_s)
+    try:
+        c.notifier.update(channel, state.msg_ts, message["text"], blocks)
+    except PermanentError as exc:
+        log.warning("update_group.refused", extra={"fingerprint": fingerprint, "reason": str(exc)})
+        return None
+    c.groups.set_message(
+        fingerprint, state.window_start, channel, state.msg_ts, message["text"], blocks
+    )
+    now = c.groups.now_ms()
+    if reply_due(state, now, c.policy.update_interval_s):
+        c.reply_later(state.msg_ts, still_happening(occ.count), f"{state.msg_ts}:{now}")
+        c.groups.mark_thread_reply(fingerprint, now)
+    return occ.count
+
+
+__all__ = [
+    "ClaimHeld",
+    "Courier",
+    "DeliveryPolicy",
+    "MessageNotOut",
+    "Paced",
+    "TransientError",
+    "deliver",
+    "post_reply",
+    "update_counts",
+]
