@@ -27,13 +27,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.core.pipeline import enqueue_error, enqueue_file, sender_app  # noqa: E402
-from shared.core.settings import Settings  # noqa: E402
-from shared.devtools.localstack import LocalStack  # noqa: E402
-from shared.devtools.simulators.ollama import OllamaSimulator  # noqa: E402
-from shared.devtools.simulators.slack import SlackSimulator  # noqa: E402
-from shared.index.reindex import index_repository  # noqa: E402
-from shared.intake.events import parse_error_input  # noqa: E402
+from shared.core.pipeline import enqueue_error, enqueue_file, sender_app
+from shared.core.settings import Settings
+from shared.devtools.localstack import LocalStack
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.devtools.simulators.slack import SlackSimulator
+from shared.index.reindex import index_repository
+from shared.intake.events import parse_event
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 
@@ -83,9 +83,7 @@ def run(leases: bool, n_errors: int, n_files: int, scale: float) -> dict[str, fl
                 sent.append(
                     (
                         time.time(),
-                        enqueue_error(
-                            app, parse_error_input(TRACE, service="shop-api", repo="bench")
-                        ),
+                        enqueue_error(app, parse_event(TRACE, service="shop-api", repo="bench")),
                     )
                 )
             latencies = []

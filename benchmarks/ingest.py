@@ -30,7 +30,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.devtools.localstack import start_ingest, start_redis  # noqa: E402
+from shared.devtools.localstack import start_ingest, start_redis
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 TOKEN = "bench"

@@ -23,13 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.core.pipeline import enqueue_error, sender_app  # noqa: E402
-from shared.core.settings import Settings  # noqa: E402
-from shared.devtools.localstack import LocalStack  # noqa: E402
-from shared.devtools.simulators.ollama import OllamaSimulator  # noqa: E402
-from shared.devtools.simulators.slack import SlackSimulator  # noqa: E402
-from shared.index.reindex import index_repository  # noqa: E402
-from shared.intake.events import parse_error_input  # noqa: E402
+from shared.core.pipeline import enqueue_error, sender_app
+from shared.core.settings import Settings
+from shared.devtools.localstack import LocalStack
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.devtools.simulators.slack import SlackSimulator
+from shared.index.reindex import index_repository
+from shared.intake.events import parse_event
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 
@@ -68,7 +68,7 @@ def main() -> int:
             )
 
             def event():  # type: ignore[no-untyped-def]
-                return parse_error_input(TRACE, service="shop-api", repo="bench")
+                return parse_event(TRACE, service="shop-api", repo="bench")
 
             def received_at(ts: str) -> float:
                 return next(m["t"] for m in slack.messages if m["ts"] == ts)

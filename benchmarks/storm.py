@@ -25,8 +25,8 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.core import keys  # noqa: E402
-from shared.devtools.localstack import start_ingest, start_redis  # noqa: E402
+from shared.core import keys
+from shared.devtools.localstack import start_ingest, start_redis
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 TOKEN = "storm"

@@ -43,7 +43,8 @@ def load_settings() -> Settings:
 def config() -> None:
     """Print the effective settings (secrets masked)."""
     for key, value in load_settings().masked().items():
-        out.print(f"{key} = {json.dumps(value)}", highlight=False, soft_wrap=True)
+        # Values are printed literally: "*.test.[jt]s" is a glob, not Rich markup.
+        out.print(f"{key} = {json.dumps(value)}", highlight=False, markup=False, soft_wrap=True)
 
 
 @cli.command()
@@ -193,7 +194,7 @@ def analyze(
 ) -> None:
     """Enqueue an error (raw trace text or a JSON event) for analysis."""
     from shared.core.pipeline import sender_app
-    from shared.intake.events import parse_error_input
+    from shared.intake.events import parse_event
     from shared.intake.submit import intake_for
     from shared.notify.notifiers import render_console
 
@@ -204,7 +205,7 @@ def analyze(
         err.print(f"[red]error:[/red] cannot read {source}: {exc.strerror}")
         raise typer.Exit(2) from exc
     try:
-        event = parse_error_input(
+        event = parse_event(
             raw.decode("utf-8", errors="replace"),
             service=service,
             repo=repo,

@@ -25,14 +25,10 @@ from starlette.routing import Route
 from shared.core.domain import ErrorEvent
 from shared.core.errors import PermanentError
 from shared.core.settings import Settings
-from shared.intake.events import STACK_FIELDS, event_from_json
+from shared.intake.events import Ignored, from_record, from_text
 from shared.intake.submit import Intake, Submitted
 
 log = logging.getLogger(__name__)
-
-ERROR_LEVELS = frozenset(
-    {"ERROR", "ERR", "FATAL", "CRITICAL", "CRIT", "ALERT", "EMERG", "EMERGENCY", "SEVERE", "PANIC"}
-)
 
 
 class BodyError(Exception):
@@ -71,48 +67,55 @@ def decode_records(body: bytes) -> list[Any]:
     return records
 
 
-def _level(record: dict[str, Any]) -> str | None:
-    for key in ("level", "severity", "log.level", "levelname", "severity_text"):
-        value = record.get(key)
-        if isinstance(value, str) and value:
-            return value.upper()
-    nested = record.get("log")
-    if isinstance(nested, dict) and isinstance(nested.get("level"), str):
-        return str(nested["level"]).upper()
-    return None
+def parse_batch(
+    records: list[Any],
+    *,
+    service: str | None,
+    max_trace_bytes: int,
+    default_service: str | None = None,
+) -> Batch:
+    """Each record through the one event model (shared/intake/events.py): a JSON object, or a
+    JSON string holding a trace or log text; what is not an error is ignored with the reason.
 
-
-def is_error(record: dict[str, Any]) -> bool:
-    """A stack trace, an error level, or no level at all (the sender chose to send it)."""
-    error = record.get("error")
-    if any(record.get(f) for f in STACK_FIELDS) or (isinstance(error, dict) and error.get("stack")):
-        return True
-    level = _level(record)
-    return level is None or level in ERROR_LEVELS
-
-
-def parse_batch(records: list[Any], *, service: str | None, max_trace_bytes: int) -> Batch:
+    ``service`` (the request's ``?service=``) names every record's service; without it a
+    record's own ``service`` field does, else the server's ``default_service``.
+    """
     batch = Batch()
     for i, record in enumerate(records):
         if isinstance(record, BodyError):
             batch.rejected.append({"index": i, "error": str(record)})
             continue
-        if not isinstance(record, dict):
-            batch.rejected.append(
-                {"index": i, "error": f"event must be a JSON object, got {type(record).__name__}"}
-            )
-            continue
-        if not is_error(record):
-            batch.ignored.append({"index": i, "reason": f"level {_level(record)} is not an error"})
-            continue
         try:
-            batch.accepted.append(
-                event_from_json(record, service=service, repo=None, max_bytes=max_trace_bytes)
-            )
+            if isinstance(record, dict):
+                own = record.get("service") not in (None, "")
+                found = from_record(
+                    record,
+                    origin="sent",
+                    service=service or (None if own else default_service),
+                    repo=None,
+                    max_bytes=max_trace_bytes,
+                )
+            elif isinstance(record, str):
+                found = from_text(
+                    record,
+                    origin="sent",
+                    service=service or default_service,
+                    repo=None,
+                    max_bytes=max_trace_bytes,
+                )
+            else:
+                raise PermanentError(
+                    f"event must be a JSON object or string, got {type(record).__name__}"
+                )
         except PermanentError as exc:
             batch.rejected.append({"index": i, "error": str(exc)})
         except ValueError as exc:  # pydantic: a field of the wrong type
             batch.rejected.append({"index": i, "error": _first_line(str(exc))})
+        else:
+            if isinstance(found, Ignored):
+                batch.ignored.append({"index": i, "reason": found.reason})
+            else:
+                batch.accepted.append(found)
     return batch
 
 
@@ -173,8 +176,12 @@ def create_app(
             records = decode_records(await read_body(request, max_body_bytes))
         except BodyError as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
-        service = request.query_params.get("service") or default_service
-        batch = parse_batch(records, service=service, max_trace_bytes=max_trace_bytes)
+        batch = parse_batch(
+            records,
+            service=request.query_params.get("service"),
+            max_trace_bytes=max_trace_bytes,
+            default_service=default_service,
+        )
         submitted = (
             await run_in_threadpool(_submit_all, intake, batch.accepted) if batch.accepted else []
         )

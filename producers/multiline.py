@@ -1,16 +1,16 @@
-"""Grouping log lines into records: multi-line stack traces become one record; only errors become
-events.
+"""Grouping tailed log lines into records: a multi-line stack trace becomes one record.
 
-Sits between the file tailer (which reads physical lines and their byte offsets) and the analysis
-chain: ``Grouper`` turns lines into ``Record``s, ``to_event`` turns an error record into an
-``ErrorEvent`` and everything else into ``None``.
+Sits between the file tailer (which reads physical lines and their byte offsets) and intake:
+``Grouper`` turns lines into ``Record``s; shared/intake/events.py decides which records are
+errors and turns them into events, as it does for every producer.
 
 Grouping is a small state machine per pending record. A record starts at any line; the state it
-starts in (plain line, Python traceback, JVM/Node exception, Go panic, Node "file:line" header)
-decides which following lines continue it. A blank line is held back where a trace may go on
-after one (Python chaining, Go goroutine dumps, Node's ``Node.js vX`` footer) and dropped if the
-trace does not; blank lines outside traces belong to no record. A JSON-object line is always a
-record of its own and is never cut (cutting would break the JSON; ``to_event`` trims its stack).
+starts in (plain line, Python traceback, JVM/Node exception, Go panic, Rust panic, PHP fatal,
+Node "file:line" header) decides which following lines continue it. A blank line is held back
+where a trace may go on after one (Python chaining, loguru's frames, Go goroutine dumps, PHP's
+``Next``, Node's ``Node.js vX`` footer) and dropped if the trace does not; blank lines outside
+traces belong to no record. A JSON-object line is always a record of its own and is never cut
+(cutting would break the JSON; intake trims its stack).
 A text record over max_lines / max_bytes keeps its first quarter and its last lines (where the
 Python/Java exception line is) around a marker line; one line may use at most max_bytes / 4.
 """
@@ -20,18 +20,11 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shared.core.domain import ErrorEvent
-from shared.core.errors import PermanentError
-from shared.intake.events import (
-    MESSAGE_FIELDS,
-    STACK_FIELDS,
-    event_from_json,
-    event_from_text,
-    trim,
-)
+from shared.intake.levels import is_jul_level_line
 
 MARKER = "… [{n} lines truncated by tracehound]"
 _LINE_CUT = " … [{n} bytes truncated by tracehound]"
@@ -48,7 +41,10 @@ GO = "go"  # Go panic and goroutine dump
 NODE_SRC = "node-src"  # Node's uncaught-error header "/app/x.js:12" …
 NODE_CODE = "node-code"  # … then the offending source line …
 NODE_CARET = "node-caret"  # … then the "    ^" line; the error line follows
-_HOLDS_BLANK = frozenset({PY_EXC, PY_CHAIN, FRAMES, GO, NODE_CARET})
+RUST = "rust"  # "thread 'main' panicked at src/x.rs:4:5:", its message, notes and backtrace
+RUST_MSG = "rust-message"  # the line after a Rust panic header is its message, whatever it holds
+PHP = "php"  # "PHP Fatal error:  Uncaught …", "Stack trace:", "#0 …", "Next …", "  thrown in"
+_HOLDS_BLANK = frozenset({PY_TB, PY_EXC, PY_CHAIN, FRAMES, GO, NODE_CARET, PHP})
 
 _PY_TB = re.compile(r"^\s*(?:\+\s*)?(?:Exception Group )?Traceback \(most recent call last\):\s*$")
 _PY_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::.*)?$")  # "ValueError: x", "KeyboardInterrupt"
@@ -74,75 +70,14 @@ _GO_LINE = re.compile(
     r"|\.\.\.additional frames elided\.\.\.|\S+\(.*\)$)"
 )
 _GO_AFTER_BLANK = re.compile(r"^(?:goroutine \d+ |exit status \d+$|\[signal |created by )")
-
-# --- error detection --------------------------------------------------------------------------
-ERROR_LEVELS = frozenset(
-    {"ERROR", "FATAL", "CRITICAL", "SEVERE", "PANIC", "EMERG", "EMERGENCY", "ALERT", "ASSERT"}
-)
-_LEVEL_ALIASES = {"ERR": "ERROR", "EROR": "ERROR", "E": "ERROR", "CRIT": "CRITICAL", "F": "FATAL"}
-_LEVEL_ALIASES |= {"A": "ASSERT", "W": "WARN", "I": "INFO", "D": "DEBUG", "V": "VERBOSE"}
-_WORDS = (
-    "TRACE|DEBUG|DBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|EROR|FATAL|CRITICAL|CRIT|SEVERE|PANIC"
-    "|EMERG|EMERGENCY|ALERT|FINE|FINER|FINEST|CONFIG|VERBOSE"
-)
-# The leftmost level-looking token of the header line wins, so "INFO … ERROR queue" is INFO.
-# Bare words must be upper case ("error" in prose is not a level); the bracketed and key=value
-# forms are case-insensitive.
-_TEXT_LEVEL = re.compile(
-    rf"\b(?i:level|lvl|severity|loglevel)[\"']?\s*[=:]\s*[\"']?(?P<kv>\w+)"
-    rf"|^(?:[^\s\d]*+\d\S*+\s+)?(?P<colon>(?i:{_WORDS})):\s"  # winston "2026-…Z error: msg"
-    rf"|[\[<(]\s*(?:\w+:)?(?P<br>(?i:{_WORDS}))\s*[\]>)]"
-    rf"|\b(?P<word>{_WORDS})\b"
-    r"|^(?:[\d\-:. ]+\s)?(?P<android>[VDIWEFA])/[^\s(:]+\s*(?:\(\s*\d+\))?:"  # logcat "E/Tag(1):"
-    r"|^\d\d-\d\d \d\d:\d\d:\d\d\.\d+\s+\d+\s+\d+\s+(?P<threadtime>[VDIWEFA])\s"  # logcat
-    r"|^(?P<glog>[IWEF])\d{4} \d\d:\d\d:\d\d(?:\.\d+)?\s+\d+\s+[^\]\s]+\]"  # klog "E1130 …] "
-)
-
-
-def maybe_error(line: str) -> bool:
-    """False only when ``line`` cannot carry an error level: every error form _TEXT_LEVEL knows
-    contains one of these substrings, and substring tests cost a fraction of that pattern."""
-    low = line.lower()
-    return (
-        "err" in low
-        or "eror" in low
-        or "fatal" in low
-        or "crit" in low
-        or "severe" in low
-        or "panic" in low
-        or "emerg" in low
-        or "alert" in low
-        or "assert" in low
-        # single-letter levels: logcat "E/Tag", threadtime " E ", klog "E1130 10:00:00"
-        or "E/" in line
-        or "F/" in line
-        or "A/" in line
-        or " E " in line
-        or " F " in line
-        or " A " in line
-        or (line[:1] in ("E", "F") and line[1:5].isdigit())
-    )
-
-
-_STACK_MARK = re.compile(
-    r"^(?:Traceback \(most recent call last\):"
-    r"|\s*\+ Exception Group Traceback"
-    r"|\s+File \".*\", line \d+"
-    r"|\s+at \S.*(?:\)|:\d+)\s*(?:\{)?$"
-    r"|goroutine \d+ .*\]:$"
-    r"|panic: |fatal error: "
-    r"|Exception in thread \""
-    r"|(?:Caused by|Wrapped by): )",
-    re.MULTILINE,
-)
-_GROUP_LINE = re.compile(r"^[\s|]*(?P<type>[\w.]*ExceptionGroup): (?P<msg>.*)$")
-_FALLBACK_EXC = re.compile(
-    r"^\s*(?:Uncaught )?(?P<type>Error|AggregateError|fatal error)(?::\s?(?P<msg>.*))?$"
-)
-_JSON_LEVEL_KEYS = (
-    *("level", "severity", "levelname", "log.level", "severity_text", "lvl", "loglevel"),
-    *("@l", "@level"),  # Serilog compact JSON
-)
+_RUST_START = re.compile(r"^thread '[^']*'(?: \(\d+\))? panicked at ")
+_RUST_LINE = re.compile(r"^(?:note: |stack backtrace:$)")
+_PHP_START = re.compile(r"^(?:\[[^\]]*\] )?PHP Fatal error: ")
+_PHP_LINE = re.compile(r"^(?:Stack trace:$|#\d+ |Next \S)")
+_LOGURU_FRAME = re.compile(r"^> File \"")  # loguru marks the frame that caught the exception
+# java.util.logging's SimpleFormatter: "Nov 30, 2026 7:42:54 PM com.shop.Orders run", then the
+# level line "SEVERE: …" and the throwable.
+_JUL_HEADER = re.compile(r"^[A-Z][a-z]{2} \d{1,2}, \d{4} \d{1,2}:\d\d:\d\d [AP]M \S+")
 
 
 @dataclass(frozen=True)
@@ -249,6 +184,10 @@ def _start_state(line: str) -> str:
         return PY_TB
     if _GO_START.match(line):
         return GO
+    if _RUST_START.match(line):
+        return RUST_MSG
+    if _PHP_START.match(line):
+        return PHP
     if _NODE_SRC.match(line):
         return NODE_SRC
     if _JVM_UNCAUGHT.match(line) or _EXC_START.match(line):
@@ -256,50 +195,79 @@ def _start_state(line: str) -> str:
     return PLAIN
 
 
-def _next_state(state: str, line: str, *, after_blank: bool) -> str | None:
-    """The state after ``line`` if it continues a record in ``state``; None if it starts anew."""
+def _after_blank(state: str, line: str) -> str | None:
+    """The state after ``line`` when blank lines came between it and the record in ``state``."""
     indented = line[:1] in (" ", "\t")
-    if after_blank:
-        if state == PY_EXC and line.strip() in _PY_CHAIN:
-            return PY_CHAIN
-        if state == PY_CHAIN and _PY_TB.match(line):
-            return PY_TB
-        if state == GO and _GO_AFTER_BLANK.match(line):
-            return GO
-        if state == FRAMES and _NODE_FOOTER.match(line):
-            return FRAMES
-        if state == NODE_CARET:
-            return FRAMES  # the error line after Node's caret and blank line
-        return None
-    if state == PLAIN:
-        if indented:
-            return FRAMES if _AT_FRAME.match(line) else PLAIN
-        if _PY_TB.match(line):
-            return PY_TB  # logger.exception(): the header line, then the traceback
-        if _EXC_START.match(line) and not _JVM_UNCAUGHT.match(line):
-            return FRAMES  # logback/log4j: the header line, then "java.lang.X: msg"
-        return None
     if state == PY_TB:
-        if indented:
-            return PY_TB  # frames, code, ^^^^ markers, exception-group "| " and "+-" lines
-        return PY_EXC if _PY_EXC_LINE.match(line) else None
-    if state == PY_EXC:
-        return PY_EXC if indented else None
-    if state == PY_CHAIN:
-        return PY_TB if _PY_TB.match(line) else None
-    if state == FRAMES:
-        if indented or _JVM_CAUSE.match(line) or line.strip() == "}":
-            return FRAMES  # "at …", "... 3 more", "Suppressed:", Node's "[cause]:" and "}"
+        if indented or _LOGURU_FRAME.match(line):
+            return PY_TB  # loguru (backtrace=True) puts a blank line between frames …
+        return PY_EXC if _PY_EXC_LINE.match(line) else None  # … and before the exception
+    continues = {
+        PHP: line.startswith("Next "),
+        PY_EXC: line.strip() in _PY_CHAIN,
+        PY_CHAIN: _PY_TB.match(line) is not None,
+        GO: _GO_AFTER_BLANK.match(line) is not None,
+        FRAMES: _NODE_FOOTER.match(line) is not None,
+        NODE_CARET: True,  # the error line after Node's caret and blank line
+    }
+    if not continues.get(state, False):
         return None
-    if state == GO:
-        return GO if indented or _GO_LINE.match(line) else None
-    if state == NODE_SRC:
-        return NODE_CODE  # the source line, whatever it holds
-    if state == NODE_CODE:
-        return NODE_CARET if _NODE_CARET.match(line) else None
-    if state == NODE_CARET:
-        return FRAMES
+    return {PY_EXC: PY_CHAIN, PY_CHAIN: PY_TB, NODE_CARET: FRAMES}.get(state, state)
+
+
+def _after_plain(line: str, first: str | None) -> str | None:
+    if line[:1] in (" ", "\t"):
+        return FRAMES if _AT_FRAME.match(line) else PLAIN
+    if _PY_TB.match(line):
+        return PY_TB  # logger.exception(): the header line, then the traceback
+    if _EXC_START.match(line) and not _JVM_UNCAUGHT.match(line):
+        return FRAMES  # logback/log4j: the header line, then "java.lang.X: msg"
+    if first is not None and _JUL_HEADER.match(first) and is_jul_level_line(line):
+        return PLAIN  # java.util.logging's level line under its header line
     return None
+
+
+def _same_if(state: str, pattern: re.Pattern[str]) -> Callable[[str, bool], str | None]:
+    """Indented lines and lines matching ``pattern`` continue a record in ``state``."""
+    return lambda line, indented: state if indented or pattern.match(line) else None
+
+
+# The state after a line that directly follows a record in each state (None: a new record).
+_NEXT: dict[str, Callable[[str, bool], str | None]] = {
+    PY_TB: lambda line, indented: (
+        PY_TB  # frames, code, ^^^^ markers, exception-group "| " and "+-" lines
+        if indented or _LOGURU_FRAME.match(line)
+        else PY_EXC
+        if _PY_EXC_LINE.match(line)
+        else None
+    ),
+    PY_EXC: lambda line, indented: PY_EXC if indented else None,
+    PY_CHAIN: lambda line, indented: PY_TB if _PY_TB.match(line) else None,
+    # "at …", "... 3 more", "Suppressed:", Node's "[cause]:" and its closing "}"
+    FRAMES: lambda line, indented: (
+        FRAMES if indented or _JVM_CAUSE.match(line) or line.strip() == "}" else None
+    ),
+    GO: _same_if(GO, _GO_LINE),
+    RUST_MSG: lambda line, indented: RUST,  # the panic message, whatever it holds
+    RUST: _same_if(RUST, _RUST_LINE),
+    PHP: _same_if(PHP, _PHP_LINE),
+    NODE_SRC: lambda line, indented: NODE_CODE,  # the source line, whatever it holds
+    NODE_CODE: lambda line, indented: NODE_CARET if _NODE_CARET.match(line) else None,
+    NODE_CARET: lambda line, indented: FRAMES,
+}
+
+
+def _next_state(
+    state: str, line: str, *, after_blank: bool, first: str | None = None
+) -> str | None:
+    """The state after ``line`` if it continues a record in ``state``; None if it starts anew.
+    ``first`` is the record's first line while it has only one."""
+    if after_blank:
+        return _after_blank(state, line)
+    if state == PLAIN:
+        return _after_plain(line, first)
+    step = _NEXT.get(state)
+    return step(line, line[:1] in (" ", "\t")) if step else None
 
 
 class Grouper:
@@ -339,7 +307,9 @@ class Grouper:
                 out += self._close()
             return out
         if self._pending is not None:
-            state = _next_state(self._pending.state, line, after_blank=bool(self._blanks))
+            pending = self._pending
+            only = pending.head[0] if len(pending.head) == 1 and not pending.tail else None
+            state = _next_state(pending.state, line, after_blank=bool(self._blanks), first=only)
             if state is not None:
                 for blank, blank_end in self._blanks:
                     self._pending.add(blank, blank_end)
@@ -370,188 +340,4 @@ class Grouper:
         return [pending.record()] if pending is not None else []
 
 
-# --- records to events ------------------------------------------------------------------------
-
-
-def _normal_level(value: str) -> str:
-    upper = value.strip().upper()
-    return _LEVEL_ALIASES.get(upper, upper)
-
-
-def text_level(line: str) -> str | None:
-    """The level of a plain-text log line ("ERROR", "[error]", "level=error", "E/Tag: …")."""
-    m = _TEXT_LEVEL.search(line)
-    if m is None:
-        return None
-    value = next(v for v in m.groupdict().values() if v)
-    return _normal_level(value)
-
-
-def json_level(record: dict[str, Any]) -> str | None:
-    """The level of a JSON log record; pino/bunyan numbers (10–60) and syslog numbers (0–7)."""
-    value: Any = None
-    for key in _JSON_LEVEL_KEYS:
-        if record.get(key) not in (None, ""):
-            value = record[key]
-            break
-    else:
-        nested = record.get("log")
-        if isinstance(nested, dict):
-            value = nested.get("level")
-    if isinstance(value, str) and value:
-        return _normal_level(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value >= 10:  # pino / bunyan
-            return "FATAL" if value >= 60 else "ERROR" if value >= 50 else "INFO"
-        return "ERROR" if value <= 3 else "INFO"  # syslog severities: 0 emerg … 3 err
-    return None
-
-
-def _normalise_json(obj: dict[str, Any]) -> dict[str, Any]:
-    """Common log shapes onto what ``event_from_json`` reads; the input is not modified."""
-    rec = {k: v for k, v in obj.items() if k not in ("service", "repo", "id")}
-    nested: dict[str, Any] = {}
-    for key in ("err", "error"):  # pino's "err", ECS / ours "error"; "error" wins
-        if isinstance(rec.get(key), dict):
-            nested.update(rec[key])
-    for key in [k for k in rec if k.startswith("error.")]:  # flat ECS "error.stack_trace"
-        nested.setdefault(key[len("error.") :], rec.pop(key))
-    if nested:
-        if isinstance(rec.get("error"), str):
-            nested.setdefault("message", rec["error"])
-        rec["error"] = nested
-    if "@x" in rec:  # Serilog compact JSON
-        rec.setdefault("exception", rec.pop("@x"))
-    for key in ("@m", "@mt", "event"):  # Serilog rendered message / template, structlog
-        if isinstance(rec.get(key), str) and not any(rec.get(m) for m in MESSAGE_FIELDS):
-            rec["message"] = rec[key]
-    for key in ("@timestamp", "time", "ts", "@t"):
-        if "timestamp" not in rec and rec.get(key) not in (None, ""):
-            rec["timestamp"] = rec[key]
-    if not isinstance(rec.get("attributes", {}), dict):
-        rec.pop("attributes")
-    return rec
-
-
-def _json_has_stack(rec: dict[str, Any]) -> bool:
-    nested = rec.get("error")
-    fields = [rec.get(f) for f in STACK_FIELDS]
-    if isinstance(nested, dict):
-        fields += [nested.get(f) for f in STACK_FIELDS]
-    return any(v not in (None, "", [], {}) and not isinstance(v, dict | bool) for v in fields)
-
-
-def _json_event(
-    obj: dict[str, Any], text: str, *, service: str, repo: str, max_bytes: int
-) -> ErrorEvent | None:
-    rec = _normalise_json(obj)
-    level = json_level(obj)
-    if not _json_has_stack(rec) and level not in ERROR_LEVELS:
-        return None
-    try:
-        event = event_from_json(rec, service=service, repo=repo, max_bytes=max_bytes)
-    except PermanentError:
-        # An error-level line with neither message nor stack ({"level": "error"}): the raw line is
-        # the best message there is, and an error should not vanish silently.
-        event = ErrorEvent(service=service, repo=repo, message=trim(text, 8000))
-    except ValueError:  # pydantic: a timestamp, attributes or type it cannot read
-        for key in ("timestamp", "attributes", "exception_type"):
-            rec.pop(key, None)
-        try:
-            event = event_from_json(rec, service=service, repo=repo, max_bytes=max_bytes)
-        except ValueError:
-            event = ErrorEvent(service=service, repo=repo, message=trim(text, 8000))
-    update: dict[str, Any] = {"level": level or "ERROR"}
-    if event.exception_type is None and event.stacktrace:
-        found = _exception_of(event.stacktrace)
-        if found is not None:
-            update["exception_type"] = found[0]
-            update["message"] = event.message or found[1]
-    return event.model_copy(update=update)
-
-
-def _python_exception(text: str) -> tuple[str, str] | None:
-    """The last exception line printed after a Python traceback's frames (the one that propagated
-    when exceptions are chained); any class name, not only "…Error"/"…Exception"."""
-    found: tuple[str, str] | None = None
-    in_traceback = False
-    for line in text.split("\n"):
-        if _PY_TB.match(line) and not line[:1].isspace():
-            in_traceback = True
-        elif in_traceback and not line[:1].isspace() and _PY_EXC_LINE.match(line):
-            exc_type, _, message = line.partition(":")
-            found, in_traceback = (exc_type.strip(), message.strip()), False
-    return found
-
-
-def _exception_of(text: str) -> tuple[str, str] | None:
-    """(type, message) where ``exception_line``'s "…Error"/"…Exception" rule falls short: a
-    Python exception group, any Python exception class, Node's bare "Error:", "fatal error:"."""
-    lines = text.split("\n")
-    if "Exception Group Traceback" in text:
-        group = next((m for ln in lines if (m := _GROUP_LINE.match(ln))), None)
-        if group is not None:
-            return group["type"], group["msg"].strip()
-    if (found := _python_exception(text)) is not None:
-        return found
-    fallback = [m for ln in lines if (m := _FALLBACK_EXC.match(ln))]
-    if fallback:
-        return fallback[-1]["type"], (fallback[-1]["msg"] or "").strip()
-    return None
-
-
-def _text_event(record: Record, *, service: str, repo: str, max_bytes: int) -> ErrorEvent | None:
-    lines = record.text.split("\n")
-    header = next((ln for ln in lines if ln.strip()), "")
-    has_stack = _STACK_MARK.search(record.text) is not None
-    if not has_stack and not maybe_error(header):
-        return None
-    level = text_level(header)
-    if not has_stack and level not in ERROR_LEVELS:
-        return None
-    event = event_from_text(record.text, service=service, repo=repo, max_bytes=max_bytes)
-    update: dict[str, Any] = {"level": level if level in ERROR_LEVELS else "ERROR"}
-    text = trim(record.text, max_bytes)
-    precise = "Traceback (most recent call last):" in text or event.exception_type is None
-    if precise and (found := _exception_of(text)) is not None:
-        update |= {"exception_type": found[0], "message": found[1]}
-    if has_stack and not event.stacktrace:
-        update["stacktrace"] = text
-    if not has_stack and len(lines) == 1 and not header.lstrip().startswith("{"):
-        # "2026-11-30 10:00:00 ERROR [app] payment failed" → "[app] payment failed": the message
-        # then stays the same each time the error recurs.
-        m = _TEXT_LEVEL.search(header)
-        rest = header[m.end() :].lstrip(" :]>)-|\t") if m else ""
-        if rest and event.exception_type is None:
-            update["message"] = rest
-    if not (update.get("message") or event.message):
-        update["message"] = update.get("exception_type") or event.exception_type or header.strip()
-    return event.model_copy(update=update)
-
-
-def to_event(
-    record: Record,
-    *,
-    service: str,
-    repo: str,
-    max_bytes: int = 64_000,
-    event_id: str | None = None,
-) -> ErrorEvent | None:
-    """The record as an ErrorEvent if it is an error (a stack trace or an error level), else None.
-
-    The exception reported is the last one printed: for Python the one that propagated (after
-    "During handling…" / "The above exception…"), for Java/Kotlin the deepest "Caused by:" (the
-    root cause); the whole trace stays in ``stacktrace``. ``event_id``, when given, becomes the
-    event's id (the tailer derives it from the file and offset so a re-read is not a new error).
-    """
-    obj = _json_object(record.text) if "\n" not in record.text else None
-    if obj is not None:
-        event = _json_event(obj, record.text, service=service, repo=repo, max_bytes=max_bytes)
-    else:
-        event = _text_event(record, service=service, repo=repo, max_bytes=max_bytes)
-    if event is not None and event_id is not None:
-        event = event.model_copy(update={"id": event_id})
-    return event
-
-
-__all__ = ["ERROR_LEVELS", "MARKER", "Grouper", "Record", "json_level", "text_level", "to_event"]
+__all__ = ["MARKER", "Grouper", "Record"]

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from producers.multiline import Grouper, Record, to_event
+from producers.multiline import Grouper, Record
 from shared.core.domain import ErrorEvent
 from shared.core.settings import Settings
+from shared.intake.events import from_input
 
 log = logging.getLogger(__name__)
 
@@ -224,10 +225,14 @@ class Tailer:
 
     def _emit(self, fl: Followed, records: list[Record]) -> None:
         for record in records:
-            event = to_event(
-                record, service=self.service, repo=self.repo, max_bytes=self.max_trace_bytes
+            event = from_input(
+                record.text,
+                origin="log",
+                service=self.service,
+                repo=self.repo,
+                max_bytes=self.max_trace_bytes,
             )
-            if event is not None:
+            if isinstance(event, ErrorEvent):
                 # The same record at the same place of the same file gets the same id.
                 key = f"{fl.fp}:{record.start}:{record.text}".encode("utf-8", errors="replace")
                 event = event.model_copy(update={"id": hashlib.sha1(key).hexdigest()[:32]})

@@ -15,7 +15,7 @@ from shared.core.settings import Settings
 from shared.devtools.localstack import local_stack
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.reindex import index_repository
-from shared.intake.events import parse_error_input
+from shared.intake.events import parse_event
 from shared.intake.submit import intake_for
 from shared.notify.notifiers import render_console
 
@@ -92,13 +92,11 @@ def run_demo(
         )
         err.print(
             f"indexed {report.files} files, {report.chunks} chunks ({report.embedded} "
-            f"embedded); skipped {len(report.skipped)}: "
-            + ", ".join(
-                f"{s.path} ({s.reason})" for s in report.skipped if s.reason != "not a source file"
-            )
-            + f" and {report.skip_reasons()['not a source file']} files that are not source"
+            f"embedded); skipped: {report.skipped_summary()}",
+            markup=False,
+            highlight=False,
         )
-        event = parse_error_input(
+        event = parse_event(
             error_file.read_text(errors="replace"),
             service=DEMO_SERVICE,
             repo=DEMO_REPO,

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from shared.core.domain import Chunk, ChunkHit
+from shared.core.domain import Chunk, ChunkHit, ErrorEvent
 from shared.devtools.calibration import suggest_threshold
 from shared.index.chunking import CHUNKER_VERSION, chunk_file, defined_names, embedding_text
 from shared.index.reindex import IndexReport, collect
 from shared.index.tokens import tokenize
-from shared.intake.events import event_from_text
+from shared.intake.events import from_text
 from shared.intake.frames import PathMapper, parse_frames
 from shared.models.embedder import Embedder
 from shared.models.reranker import Reranker, relevance, rerank_candidates
@@ -351,7 +351,11 @@ def run_eval(
         say(f"indexed {corpus_name}: {len(index.by_path)} files, {len(chunks)} chunks")
         mapper = PathMapper(index.paths(corpus_name))
         for case in group:
-            event = event_from_text(case.query, service=corpus_name, repo=corpus_name)
+            # A bug report is an error by definition, whatever words its first line holds.
+            event = from_text(
+                case.query, origin="sent", service=corpus_name, repo=corpus_name, level="ERROR"
+            )
+            assert isinstance(event, ErrorEvent)
             query = build_query(event)
             vector = embedder.embed([query_prefix + query])[0] if needs_vectors else None
             frames = mapper.map_frames(parse_frames(query))

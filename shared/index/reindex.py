@@ -35,12 +35,24 @@ class IndexReport:
     def skip_reasons(self) -> Counter[str]:
         return Counter(s.reason.split(" (")[0] for s in self.skipped)
 
+    def skipped_summary(self) -> str:
+        """Each skipped source file with its reason, then how many files were not source."""
+        named = [f"{s.path} ({s.reason})" for s in self.skipped if s.reason != NOT_SOURCE]
+        others = sum(s.reason == NOT_SOURCE for s in self.skipped)
+        if others:
+            noun = "files that are" if others > 1 else "file that is"
+            named.append(f"{others} {noun} not source")
+        return ", ".join(named) or "none"
+
+
+NOT_SOURCE = "not a source file"
+
 
 def collect(root: Path, *, max_bytes: int, report: IndexReport) -> Iterator[SourceFile]:
     """Indexable files under ``root``; every skipped one is logged and reported with a reason."""
     for rel in walk(root):
         if language_of(rel) is None:
-            report.skipped.append(Skipped(rel, "not a source file"))
+            report.skipped.append(Skipped(rel, NOT_SOURCE))
             continue
         got = read_source(root, rel, max_bytes=max_bytes)
         if isinstance(got, Skipped):

@@ -1,22 +1,61 @@
-"""Turning raw error text or a JSON event into an ErrorEvent; trimming huge traces."""
+"""The one event model: raw input (trace text, a JSON log record) becomes an ``ErrorEvent``.
+
+Every producer calls this module — the tailer for each record it groups, ``tracehound
+ingest`` for each record a shipper sends, ``tracehound analyze`` for its input — so the same
+record becomes the same event whichever way it arrives:
+
+- **Is it an error?** A stack trace, or an error level (``ERROR``, ``FATAL``, ``CRITICAL``,
+  ``SEVERE``…, numeric levels included: pino 50/60, syslog 0–3, OpenTelemetry 17–24). Below
+  that without a stack it is ``Ignored``. A record with no level at all is an error when it
+  was *sent* on purpose (ingest, analyze) and ignored when it was read from a log with
+  everything else (the tailer).
+- **Which exception?** The one thrown out — the outermost (shared/intake/exceptions.py); the
+  causes stay in ``stacktrace``. A JSON record's own type field (``error.type``, pino's
+  ``err.type``, loguru's ``record.exception.type``) wins over parsing.
+- **Message.** A JSON record's message field; for trace text the exception's message; for one
+  log line the text after its level (``2026-… ERROR [app] payment failed`` → ``[app] payment
+  failed``), so the message is the same each time the error recurs.
+- **Service and repo.** The producer's configured service (``--service``, ``?service=``) wins;
+  a record's own ``service``/``repo`` fills in when none is configured.
+- **Bounds.** ``stacktrace`` is trimmed to ``max_bytes`` keeping head and tail, the message to
+  8,000 characters; an unreadable timestamp is kept as an attribute instead of failing.
+"""
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import TypeAdapter, ValidationError
 
 from shared.core.domain import ErrorEvent
 from shared.core.errors import PermanentError
-
-# "ValueError: bad", "java.lang.IllegalStateException: x", "panic: runtime error", "TypeError"
-_EXC_LINE = re.compile(
-    r"^(?:Caused by: |Exception in thread \"[^\"]*\" )?"
-    r"(?P<type>(?:[A-Za-z_][\w$]*\.)*[A-Z][\w$]*(?:Error|Exception|Exit|Interrupt|Warning|Fault)"
-    r"|panic)(?::\s?(?P<msg>.*))?$"
+from shared.intake.exceptions import has_stack, reported
+from shared.intake.levels import (
+    is_error_level,
+    json_level,
+    leads_with_level,
+    level_span,
+    maybe_error,
+    record_level,
 )
+
+Origin = Literal["log", "sent"]
+
 STACK_FIELDS = ("stack", "stacktrace", "stack_trace", "exception", "exc_info", "traceback")
 MESSAGE_FIELDS = ("message", "msg", "error", "log")
+MAX_MESSAGE_CHARS = 8000
+_TIMESTAMP = TypeAdapter(datetime)
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """Not an error: below ERROR without a stack (or, read from a log, without any level)."""
+
+    reason: str
 
 
 def trim(text: str, max_bytes: int) -> str:
@@ -30,89 +69,288 @@ def trim(text: str, max_bytes: int) -> str:
     return f"{head}\n…[{len(raw) - head_n - tail_n} bytes trimmed by tracehound]…\n{tail}"
 
 
-def exception_line(trace: str) -> tuple[str | None, str]:
-    """(exception type, message) from the last line that looks like one; else (None, last line)."""
-    lines = [ln.strip() for ln in trace.splitlines() if ln.strip()]
-    for line in reversed(lines):
-        m = _EXC_LINE.match(line)
-        if m:
-            return m["type"], (m["msg"] or "").strip()
-    return None, (lines[-1] if lines else "")
+def _clip(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS] + "…"
 
 
-def _first(record: dict[str, Any], names: tuple[str, ...]) -> str:
-    for name in names:
-        value = record.get(name)
-        if isinstance(value, dict):  # {"error": {"message": ..., "stack": ...}}
-            continue
-        if value not in (None, ""):
-            return value if isinstance(value, str) else json.dumps(value)
-    return ""
+def _service(configured: str | None, record: dict[str, Any]) -> str:
+    service = configured or _text(record.get("service"))
+    if not service:
+        raise PermanentError("event has no 'service': name one (--service, or ?service= on ingest)")
+    return service
 
 
-def event_from_text(text: str, *, service: str, repo: str, max_bytes: int = 64_000) -> ErrorEvent:
-    """A raw log excerpt or trace as an event: empty or non-trace text is kept as the message."""
-    text = trim(text.replace("\r\n", "\n"), max_bytes)
-    exc_type, message = exception_line(text)
-    looks_like_trace = exc_type is not None and "\n" in text.strip()
-    return ErrorEvent(
+def _text(value: Any) -> str:
+    if value in (None, "") or isinstance(value, dict | list | bool):
+        return ""
+    return value if isinstance(value, str) else str(value)
+
+
+def _not_error(level: str | None) -> Ignored:
+    return Ignored(f"level {level} is not an error" if level else "no error level and no stack")
+
+
+def _is_error(level: str | None, stack: bool, origin: Origin) -> bool:
+    return stack or is_error_level(level) or (level is None and origin == "sent")
+
+
+# --- text ------------------------------------------------------------------------------------
+
+
+def _line_message(header: str) -> str:
+    """One log line's message: what follows its level token (a cut-short JSON line whole)."""
+    if header.lstrip().startswith("{"):
+        return header.strip()
+    span = level_span(header)
+    rest = header[span[1] :].lstrip(" :]>)-|\t") if span else ""
+    rest = _LOGURU_PLACE.sub("", rest, count=1)  # loguru's "module:function:line - "
+    return rest or header.strip()
+
+
+_LOGURU_PLACE = re.compile(r"^[\w.<>]+:[\w<>]+:\d+ - ")
+
+
+def from_text(
+    text: str,
+    *,
+    origin: Origin,
+    service: str | None,
+    repo: str | None,
+    max_bytes: int = 64_000,
+    level: str | None = None,
+    fields: dict[str, Any] | None = None,
+) -> ErrorEvent | Ignored:
+    """A trace, a log record's lines, or free text. ``level`` is the record's when a JSON
+    record carried the text (else it is read from the text); ``fields`` are that record's."""
+    text = text.replace("\r\n", "\n").strip("\n")
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    if not lines:
+        if origin == "sent":
+            raise PermanentError("empty input: there is no error to analyze")
+        return Ignored("empty")
+    stack = has_stack(text)
+    if level is None:
+        if origin == "log" and not stack and not any(maybe_error(ln) for ln in lines[:2]):
+            return Ignored("no error level and no stack")  # most log lines: decided cheaply
+        level = record_level(lines)
+    if not _is_error(level, stack, origin):
+        return _not_error(level)
+    record = fields or {}
+    if not service and not _text(record.get("service")):
+        raise PermanentError("raw error text needs --service")
+    found = reported(text)
+    if found is not None:
+        exc_type: str | None = found.type
+        message = found.message
+    elif len(lines) == 1 and not stack:
+        exc_type, message = None, _line_message(lines[0])
+    else:
+        exc_type, message = None, text.strip()
+    multi = len(lines) > 1
+    return _event(
+        record,
         service=service,
         repo=repo,
         exception_type=exc_type,
-        message=message if looks_like_trace or exc_type else text.strip(),
-        stacktrace=text if looks_like_trace else "",
+        message=message or exc_type or lines[0].strip(),
+        stacktrace=trim(text, max_bytes) if stack or (found is not None and multi) else "",
+        level=level,
     )
 
 
-def event_from_json(
-    record: dict[str, Any], *, service: str | None, repo: str | None, max_bytes: int = 64_000
-) -> ErrorEvent:
-    """A JSON event (ours, or a log shipper's common shape) as an ErrorEvent."""
-    if not isinstance(record, dict):
-        raise PermanentError("event must be a JSON object")
-    error_field = record.get("error")
-    nested: dict[str, Any] = error_field if isinstance(error_field, dict) else {}
-    stack = _first(record, STACK_FIELDS) or _first(nested, STACK_FIELDS)
-    message = _first(record, MESSAGE_FIELDS) or _first(nested, ("message", "msg"))
-    svc = record.get("service") or service
-    rep = record.get("repo") or repo or svc
-    if not svc:
-        raise PermanentError("event has no 'service' (give one with --service)")
-    if not message and not stack:
-        raise PermanentError("event has neither 'message' nor a stack ('stack', 'stack_trace', …)")
-    stack = trim(stack, max_bytes) if stack else ""
-    exc_type = record.get("exception_type") or nested.get("type")
-    if not exc_type:
-        exc_type, parsed = exception_line(stack or message)
-        message = message or parsed
-    fields: dict[str, Any] = {
-        "service": str(svc),
-        "repo": str(rep),
-        "message": trim(message, 8000),
-        "exception_type": exc_type,
-        "stacktrace": stack,
-        "level": str(record.get("level", "ERROR")).upper(),
-        "attributes": record.get("attributes") or {},
+# --- JSON records ----------------------------------------------------------------------------
+
+
+def _reshape(obj: dict[str, Any]) -> dict[str, Any]:
+    """Common log shapes onto one: pino's ``err``, ECS ``error.*``, Serilog ``@x``/``@m``,
+    structlog's ``event``, loguru's ``serialize=True`` record. The input is not modified."""
+    rec = dict(obj)
+    inner = rec.get("record")
+    if isinstance(inner, dict) and isinstance(rec.get("text"), str):  # loguru serialize=True
+        rec = _loguru(rec["text"], inner) | {k: v for k, v in rec.items() if k not in ("text",)}
+    nested: dict[str, Any] = {}
+    for key in ("err", "error"):  # pino's "err", ECS / ours "error"; "error" wins
+        if isinstance(rec.get(key), dict):
+            nested.update(rec[key])
+    for key in [k for k in rec if k.startswith("error.")]:  # flat ECS "error.stack_trace"
+        nested.setdefault(key[len("error.") :], rec.pop(key))
+    if nested:
+        if isinstance(rec.get("error"), str):
+            nested.setdefault("message", rec["error"])
+        rec["error"] = nested
+    if "@x" in rec:  # Serilog compact JSON
+        rec.setdefault("exception", rec.pop("@x"))
+    for key in ("@m", "@mt", "event"):  # Serilog rendered message / template, structlog
+        if isinstance(rec.get(key), str) and not any(rec.get(m) for m in MESSAGE_FIELDS):
+            rec["message"] = rec[key]
+    for key in ("@timestamp", "time", "ts", "@t", "asctime"):
+        if "timestamp" not in rec and rec.get(key) not in (None, ""):
+            rec["timestamp"] = rec[key]
+    return rec
+
+
+def _loguru(text: str, record: dict[str, Any]) -> dict[str, Any]:
+    exc = record.get("exception") if isinstance(record.get("exception"), dict) else None
+    level = record.get("level")
+    time = record.get("time")
+    out: dict[str, Any] = {
+        "message": record.get("message"),
+        "level": level.get("name") if isinstance(level, dict) else None,
+        "timestamp": time.get("timestamp") if isinstance(time, dict) else None,
     }
-    if record.get("timestamp"):
-        fields["timestamp"] = record["timestamp"]
-    if record.get("id"):
-        fields["id"] = str(record["id"])
+    if exc:
+        # The formatted record: its header line, then the traceback loguru printed.
+        out["error"] = {"type": exc.get("type"), "stack": text}
+    return out
+
+
+def _forwarded_text(message: str, level: str | None) -> bool:
+    if "\n" in message.strip():
+        return True
+    return level is None and leads_with_level(message)
+
+
+def _first(record: dict[str, Any], names: tuple[str, ...]) -> str:
+    return next((t for name in names if (t := _text(record.get(name)))), "")
+
+
+def from_record(
+    obj: dict[str, Any],
+    *,
+    origin: Origin,
+    service: str | None,
+    repo: str | None,
+    max_bytes: int = 64_000,
+    raw: str | None = None,
+) -> ErrorEvent | Ignored:
+    """A JSON log record (ours, a log library's, or a shipper's). ``raw`` is the line it was
+    read from: an error-level record without message or stack keeps it as its message."""
+    if not isinstance(obj, dict):
+        raise PermanentError(f"event must be a JSON object, got {type(obj).__name__}")
+    rec = _reshape(obj)
+    nested: dict[str, Any] = rec["error"] if isinstance(rec.get("error"), dict) else {}
+    stack = _first(rec, STACK_FIELDS) or _first(nested, STACK_FIELDS)
+    message = _first(rec, MESSAGE_FIELDS) or _first(nested, ("message", "msg"))
+    level = json_level(rec)
+    if not stack and _forwarded_text(message, level):
+        # A shipper's record of raw log text: a multi-line record (a trace), or a log line whose
+        # level is in its text. It is read as the tailer reads the same lines.
+        found = from_text(
+            message,
+            origin=origin,
+            service=service,
+            repo=repo,
+            max_bytes=max_bytes,
+            level=level,
+            fields=rec,
+        )
+        record_id = _text(obj.get("id")) if origin == "sent" else ""
+        if record_id and isinstance(found, ErrorEvent):
+            found = found.model_copy(update={"id": record_id})
+        return found
+    if not _is_error(level, bool(stack), origin):
+        return _not_error(level)
+    _service(service, rec)  # a clear error before anything else is said about the record
+    if not message and not stack:
+        if origin == "sent" or raw is None:
+            raise PermanentError(
+                "event has neither 'message' nor a stack ('stack', 'stack_trace', …)"
+            )
+        message = raw.strip()  # an error should not vanish because its fields are unusual
+    exc_type = _text(rec.get("exception_type")) or _text(nested.get("type")) or None
+    found = reported(stack) if stack else None
+    if found is not None:
+        exc_type = exc_type or found.type
+        message = message or found.message
+    return _event(
+        rec,
+        service=service,
+        repo=repo,
+        exception_type=exc_type,
+        message=message,
+        stacktrace=trim(stack, max_bytes) if stack else "",
+        level=level,
+        record_id=_text(obj.get("id")) if origin == "sent" else "",
+    )
+
+
+def _event(
+    rec: dict[str, Any],
+    *,
+    service: str | None,
+    repo: str | None,
+    exception_type: str | None,
+    message: str,
+    stacktrace: str,
+    level: str | None,
+    record_id: str = "",
+) -> ErrorEvent:
+    svc = _service(service, rec)
+    attributes: dict[str, Any] = (
+        rec["attributes"] if isinstance(rec.get("attributes"), dict) else {}
+    )
+    fields: dict[str, Any] = {
+        "service": svc,
+        "repo": repo or _text(rec.get("repo")) or svc,
+        "message": _clip(message),
+        "exception_type": exception_type,
+        "stacktrace": stacktrace,
+        "level": level or "ERROR",
+        "attributes": dict(attributes),
+    }
+    stamp = rec.get("timestamp")
+    if stamp not in (None, ""):
+        try:
+            fields["timestamp"] = _timestamp(stamp)
+        except (ValidationError, ValueError, OverflowError):
+            fields["attributes"]["timestamp"] = str(stamp)[:100]  # kept, not fatal
+    if record_id:
+        fields["id"] = record_id
     return ErrorEvent.model_validate(fields)
 
 
-def parse_error_input(
+_COMMA_MILLIS = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d),(\d+)")
+
+
+def _timestamp(value: Any) -> datetime:
+    """ISO 8601 (also logging's "2026-11-30 10:00:00,123"), or epoch seconds/milliseconds."""
+    if isinstance(value, str):
+        value = _COMMA_MILLIS.sub(r"\1.\2", value.strip())
+    stamp = _TIMESTAMP.validate_python(value)
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+
+
+# --- whichever it is ---------------------------------------------------------------------------
+
+
+def from_input(
+    data: str,
+    *,
+    origin: Origin,
+    service: str | None,
+    repo: str | None,
+    max_bytes: int = 64_000,
+) -> ErrorEvent | Ignored:
+    """A JSON object on one line (or a whole JSON document when sent), else text."""
+    stripped = data.strip()
+    if stripped.startswith("{") and stripped.endswith("}"):
+        try:
+            obj = json.loads(stripped)
+        except ValueError:
+            obj = None  # a log line that starts with "{" but is not JSON: text
+        if isinstance(obj, dict):
+            return from_record(
+                obj, origin=origin, service=service, repo=repo, max_bytes=max_bytes, raw=stripped
+            )
+    return from_text(data, origin=origin, service=service, repo=repo, max_bytes=max_bytes)
+
+
+def parse_event(
     data: str, *, service: str | None, repo: str | None, max_bytes: int = 64_000
 ) -> ErrorEvent:
-    """What ``tracehound analyze`` accepts: a JSON event, or raw trace/log text."""
-    stripped = data.strip()
-    if stripped.startswith("{"):
-        try:
-            record = json.loads(stripped)
-        except json.JSONDecodeError:
-            record = None  # a log line that starts with "{" but is not JSON: treat as text
-        if isinstance(record, dict):
-            return event_from_json(record, service=service, repo=repo, max_bytes=max_bytes)
-    if not service:
-        raise PermanentError("raw error text needs --service")
-    return event_from_text(data, service=service, repo=repo or service, max_bytes=max_bytes)
+    """What ``tracehound analyze`` accepts (a JSON event, or trace or log text) as an event;
+    input that is not an error is refused with the reason."""
+    found = from_input(data, origin="sent", service=service, repo=repo, max_bytes=max_bytes)
+    if isinstance(found, Ignored):
+        raise PermanentError(f"nothing to analyze: {found.reason}")
+    return found

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.core.domain import ErrorEvent
+from shared.intake.exceptions import chain as exception_chain
 from shared.intake.frames import Frame, normalize_path, parse_frames
 
 FINGERPRINT_VERSION = 1
@@ -150,52 +151,6 @@ def normalize_message(message: str) -> str:
     for pattern, placeholder in _PLACEHOLDERS:
         text = pattern.sub(placeholder, text)
     return _SPACE.sub(" ", text).strip()[:_MAX_MESSAGE]
-
-
-# ---------------------------------------------------------------------------------------------
-# Exception types
-
-_PY_TRACEBACK = re.compile(r"^(?:[ ]*[+|][ -]?)?[ ]*(?:Exception Group )?Traceback \(most recent")
-_PY_GROUP_PREFIX = re.compile(r"^[ ]*[+|][ ]?")
-_PY_EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::|$)")
-# Java/Kotlin/Node/Go: "java.lang.X: msg", "Caused by: X", "Exception in thread "t" X",
-# "[cause]: Error: x", "TypeError: x", "panic: x"
-_OTHER_EXC = re.compile(
-    r"^(?:Caused by: |Exception in thread \"[^\"]*\" |\s*\[cause\]: )?"
-    r"(?P<type>(?:[A-Za-z_$][\w$]*\.)*(?:[A-Z][\w$]*)?"
-    r"(?:Error|Exception|Throwable|Fault|Failure|Exit|Interrupt|Warning))(?::|$)"
-    r"|^(?P<go>panic|fatal error): "
-)
-
-
-def exception_types(text: str) -> tuple[str, ...]:
-    """Exception types a trace prints, outermost first, root cause last.
-
-    Python prints the root cause first ("The above exception was the direct cause…",
-    "During handling…"), so its types are reversed; Java, Kotlin and Node print the outermost
-    first ("Caused by:", "[cause]:"). Suppressed exceptions are not causes and are skipped.
-    """
-    python: list[str] = []
-    other: list[str] = []
-    in_traceback = False
-    for raw in text.splitlines():
-        line = raw[:300].rstrip()
-        if not line:
-            continue
-        if _PY_TRACEBACK.match(line):
-            in_traceback = True
-            continue
-        if in_traceback:
-            body = _PY_GROUP_PREFIX.sub("", line, count=1) if line.lstrip()[:1] in "+|" else line
-            if body[:1].isspace():
-                continue  # frames, source lines, carets, "[Previous line repeated …]"
-            in_traceback = False
-            if m := _PY_EXC.match(body):
-                python.append(m["type"])
-                continue
-        if m := _OTHER_EXC.match(line):
-            other.append(m["type"] or m["go"])
-    return (*reversed(python), *other)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,7 +360,7 @@ def _digest(payload: Mapping[str, Any]) -> str:
 def fingerprint(event: ErrorEvent, config: GroupingConfig = GroupingConfig()) -> Fingerprint:
     """The event's group key (see the module docstring for what goes in)."""
     trace = event.stacktrace or event.message  # some shippers put the whole trace in "message"
-    types = exception_types(trace) if trace else ()
+    types = exception_chain(trace) if trace else ()
     if not types and event.exception_type:
         types = (event.exception_type,)
     frames = frame_signature(trace, config) if trace else ()

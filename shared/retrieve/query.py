@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from shared.core.domain import ErrorEvent
-from shared.intake.events import exception_line
+from shared.intake.exceptions import reported
 from shared.intake.frames import Frame, parse_frames
 
 QUERY_MAX_CHARS = 2000
@@ -107,7 +107,9 @@ def build_query(event: ErrorEvent, *, max_chars: int = QUERY_MAX_CHARS) -> str:
     exc_type, message = event.exception_type, event.message.strip()
     source = event.stacktrace or event.message
     if not exc_type and event.stacktrace:
-        exc_type, message = exception_line(event.stacktrace)
+        found = reported(event.stacktrace)
+        if found is not None:
+            exc_type, message = found.type, found.message
     elif not event.stacktrace:  # free text: its first line leads, the rest is context
         message = next((ln for ln in message.splitlines() if ln.strip()), "")
     head = ": ".join(p for p in (exc_type, " ".join(message.split())) if p)[:HEAD_MAX_CHARS]

@@ -88,6 +88,8 @@ def test_config_prints_settings_with_secrets_masked(stack: LocalStack) -> None:
     assert "hunter2" not in done.stdout and "xoxb-test-token" not in done.stdout
     assert 'slack_bot_token = "********"' in done.stdout
     assert "redis://:****@127.0.0.1:6379/0" in done.stdout
+    # Values print literally, not as Rich markup ("[jt]" is part of a glob).
+    assert '"*.test.[jt]s"' in done.stdout
 
 
 def test_tracehound_worker_and_celery_worker_both_consume_a_queue(

@@ -22,7 +22,7 @@ from shared.core.settings import Settings
 from shared.devtools.localstack import LocalStack, tracehound_executable, wait_until
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.reindex import index_repository
-from shared.intake.events import parse_error_input
+from shared.intake.events import parse_event
 from shared.models.hosts import (
     PRIORITY_BULK,
     PRIORITY_QUERY,
@@ -199,8 +199,7 @@ def sample_repo(stack: LocalStack, sender: Any, settings: Settings) -> str:
 
 def errors(sender: Any, n: int, repo: str = "sample-hosts") -> list[Any]:
     return [
-        enqueue_error(sender, parse_error_input(TRACE, service="shop-api", repo=repo))
-        for _ in range(n)
+        enqueue_error(sender, parse_event(TRACE, service="shop-api", repo=repo)) for _ in range(n)
     ]
 
 

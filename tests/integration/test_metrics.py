@@ -12,7 +12,7 @@ from shared.core.settings import Settings
 from shared.devtools.localstack import LocalStack, wait_until
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.reindex import index_repository
-from shared.intake.events import parse_error_input
+from shared.intake.events import parse_event
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration
@@ -42,7 +42,7 @@ def test_stage_latency_queue_wait_and_rerank_fallbacks_are_exported(
     before = value(scrape(stack, "rerank"), "tracehound_fallbacks_total", stage="rerank")
     rerank_sim.stop()
     try:
-        event = parse_error_input(
+        event = parse_event(
             (DATA / "sample-error.txt").read_text(), service="shop-api", repo="sample-metrics"
         )
         enqueue_error(sender, event).get(timeout=90)

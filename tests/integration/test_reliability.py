@@ -15,7 +15,7 @@ from shared.core.settings import Settings
 from shared.devtools.localstack import LocalStack
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.reindex import index_repository
-from shared.intake.events import parse_error_input
+from shared.intake.events import parse_event
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,7 @@ def test_llm_worker_child_killed_mid_analysis_the_task_runs_again(
     ollama_sim.clear_log()
     ollama_sim.configure(latency={"chat": 3.0})
     try:
-        event = parse_error_input(
+        event = parse_event(
             (DATA / "sample-error.txt").read_text(), service="shop-api", repo="sample-kill"
         )
         result = enqueue_error(sender, event)

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from producers.multiline import Grouper, Record, json_level, text_level, to_event
+from producers.multiline import Grouper, Record
 from shared.core.domain import ErrorEvent
+from shared.intake.events import from_input
+from shared.intake.levels import json_level, text_level
 
 TRACES = Path(__file__).parents[1] / "data" / "traces"
 
@@ -42,6 +44,12 @@ def feed_lines(
         out += grouper.feed(line, pos, pos + size, now)
         pos += size
     return out
+
+
+def to_event(record: Record, *, service: str, repo: str) -> ErrorEvent | None:
+    """What the tailer does with a record: the one event model, for a record read from a log."""
+    found = from_input(record.text, origin="log", service=service, repo=repo)
+    return found if isinstance(found, ErrorEvent) else None
 
 
 def events(records: list[Record]) -> list[tuple[Record, ErrorEvent]]:
@@ -84,11 +92,11 @@ EXPECTED: dict[str, Expected] = {
     "java.log": (
         8,
         [
-            (  # the root cause: the deepest "Caused by:"
+            (  # the thrown (outermost) exception; its "Caused by:" chain stays in the trace
                 "2026-11-30 10:41:03.274 ERROR [http-nio-8080-exec-6] c.s.orders.OrderController",
                 "\t\t... 9 more",
-                "java.io.IOException",
-                "connection reset by peer",
+                "java.lang.RuntimeException",
+                "order 17 failed",
             ),
             (
                 "2026-11-30 10:41:03.685 ERROR [http-nio-8080-exec-4] c.s.orders.PriceClient",
@@ -116,8 +124,8 @@ EXPECTED: dict[str, Expected] = {
             (
                 'Exception in thread "DefaultDispatcher-worker-1" java.lang.IllegalStateException',
                 "StandaloneCoroutine{Cancelling}@5b6f7412, Dispatchers.Default]",
-                "java.sql.SQLTransientConnectionException",
-                "HikariPool-1 - Connection is not available, request timed out after 30005ms.",
+                "java.lang.IllegalStateException",
+                "Order 42 has no lines",
             ),
         ],
     ),
@@ -166,7 +174,12 @@ EXPECTED: dict[str, Expected] = {
         14,
         [
             ('{"asctime": "2026-11-30 10:46:01,004"', "}", "ZeroDivisionError", "Unhandled excep"),
-            ('{"@timestamp": "2026-11-30T10:46:02.274', "}", "java.io.IOException", "order placem"),
+            (
+                '{"@timestamp": "2026-11-30T10:46:02.274',
+                "}",
+                "java.lang.IllegalStateException",
+                "order placem",
+            ),
             ('{"level": 50, "time": 1795950363512', "}", "TypeError", "request failed"),
             ('{"level": "error", "message": "database unreachable"', "}", "Error", "database unr"),
             ('{"event": "payment capture failed"', "}", "payments.gateway.GatewayTimeout", "payme"),
@@ -329,9 +342,10 @@ def test_json_stack_fields_make_an_event_even_without_an_error_level() -> None:
 
 def test_json_service_and_id_fields_do_not_override_the_tailers_configuration() -> None:
     text = json.dumps({"level": "error", "msg": "boom", "service": {"name": "x"}, "id": "req-1"})
-    event = to_event(Record(text, 0, 1, False), service="orders", repo="shop", event_id="f:0")
+    event = to_event(Record(text, 0, 1, False), service="orders", repo="shop")
     assert event is not None
-    assert (event.service, event.repo, event.id) == ("orders", "shop", "f:0")
+    assert (event.service, event.repo) == ("orders", "shop")
+    assert event.id != "req-1"  # the tailer derives ids from the file and offset
 
 
 def test_unreadable_json_timestamp_is_dropped_not_fatal() -> None:
@@ -347,15 +361,6 @@ def test_error_json_with_neither_message_nor_stack_keeps_the_raw_line_as_message
     assert event is not None
     assert (event.message, event.level, event.stacktrace) == (text, "ERROR", "")
     assert to_event(Record("{}", 0, 3, False), service="s", repo="r") is None
-
-
-def test_event_id_keyword_sets_the_id_and_defaults_stay_unique() -> None:
-    records, _ = group_file("java.log")
-    error = next(r for r in records if "NullPointerException" in r.text)
-    given = to_event(error, service="s", repo="r", event_id="java.log:1929")
-    assert given is not None and given.id == "java.log:1929"
-    a, b = (to_event(error, service="s", repo="r") for _ in range(2))
-    assert a is not None and b is not None and a.id != b.id
 
 
 def test_malformed_json_lines_are_grouped_as_text() -> None:

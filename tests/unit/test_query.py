@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shared.core.domain import ErrorEvent
-from shared.intake.events import event_from_text
+from shared.intake.events import parse_event
 from shared.intake.frames import parse_frames
 from shared.retrieve.query import QUERY_MAX_CHARS, build_query, render_frames
 
@@ -20,7 +20,7 @@ ZeroDivisionError: division by zero
 
 
 def event(text: str) -> ErrorEvent:
-    return event_from_text(text, service="shop", repo="shop")
+    return parse_event(text, service="shop", repo="shop")
 
 
 def test_exception_line_leads_then_the_symbols_nearest_the_raise() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.index.reindex import NOT_SOURCE, IndexReport
 from shared.index.sources import Skipped, SourceFile, read_source, walk
 
 
@@ -157,3 +158,12 @@ def test_missing_file_is_skipped_as_unreadable(tmp_path: Path) -> None:
     got = read_source(tmp_path, "gone.py", max_bytes=1000)
     assert isinstance(got, Skipped)
     assert got.reason.startswith("unreadable")
+
+
+def test_the_index_report_names_skipped_sources_and_counts_the_rest() -> None:
+    report = IndexReport("shop")
+    assert report.skipped_summary() == "none"
+    report.skipped += [Skipped("logo.png", NOT_SOURCE), Skipped("a.bin", "binary (NUL byte)")]
+    assert report.skipped_summary() == "a.bin (binary (NUL byte)), 1 file that is not source"
+    report.skipped.append(Skipped("b.png", NOT_SOURCE))
+    assert report.skipped_summary().endswith(", 2 files that are not source")

@@ -1,0 +1,169 @@
+"""The exceptions a trace prints: one scanner for the event (which exception it reports) and the
+fingerprint (every type in the chain).
+
+Languages print chains in opposite orders. Python and PHP print the root cause first and the
+exception that was thrown out last ("The above exception was the direct cause…", "During
+handling…", PHP's ``Next``); Java, Kotlin, Node, .NET, Go and Rust print the outermost first and
+the causes after it (``Caused by:``, ``[cause]:``, `` ---> ``). ``printed`` returns the exception
+lines in the order they appear; ``reported`` picks the one an event names, the outermost (as
+Sentry titles an issue); ``chain`` orders the types outermost first, root cause last, for
+grouping.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_MAX_LINE = 300  # patterns read a line up to here (a megabyte line must not cost seconds)
+
+_PY_TRACEBACK = re.compile(r"^(?:[ ]*[+|][ -]?)?[ ]*(?:Exception Group )?Traceback \(most recent")
+_PY_GROUP_PREFIX = re.compile(r"^[ ]*[+|][ ]?")
+_PY_EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
+_PY_GROUP_LINE = re.compile(r"^[\s|]*(?P<type>[\w.]*ExceptionGroup): (?P<msg>.*)$")
+_LOGURU_FRAME = "> File "  # loguru marks the frame that caught the exception
+# Java/Kotlin/Node/.NET: "java.lang.X: msg", "Caused by: X", "Exception in thread "t" X",
+# "  [cause]: Error: x", "TypeError: x", "Uncaught Error: x", "Unhandled exception. System.X: y",
+# " ---> System.X: y" (a .NET inner exception), an indented dotted type (.NET's console logger
+# indents the exception under its header); Go "panic: x" and "fatal error: x".
+_OTHER_EXC = re.compile(
+    r"^(?:Caused by: |Wrapped by: |Exception in thread \"[^\"]*\" |\s*\[cause\]: |Uncaught "
+    r"|Unhandled [Ee]xception\.? |\s*---> |[ ]{2,}(?=[A-Za-z_$][\w$]*\.))?"
+    r"(?P<type>(?:[A-Za-z_$][\w$]*\.)*(?:[A-Z][\w$]*)?"
+    r"(?:Error|Exception|Throwable|Fault|Failure|Exit|Interrupt|Warning))(?::\s?(?P<msg>.*))?$"
+    r"|^(?P<go>panic|fatal error): (?P<gomsg>.*)$"
+)
+# Rust: "thread 'main' panicked at src/main.rs:4:5:" + the message on the next line (1.73+),
+# or "thread 'main' panicked at 'msg', src/main.rs:4:5" (older); 1.80+ may add " (tid)".
+_RUST_PANIC = re.compile(
+    r"^thread '[^']*'(?: \(\d+\))? panicked at (?:'(?P<old>.*)', \S+|\S+:\d+:\d+:?)$"
+)
+# PHP: "PHP Fatal error:  Uncaught App\Payment\DeclinedException: msg in /app/x.php:12", then
+# for each exception that wrapped it "Next App\Orders\StorageException: msg in /app/y.php:19".
+_PHP_NEXT = re.compile(r"^Next (?P<type>[\w\\]+)(?:: (?P<msg>.*?))? in \S+:\d+$")
+_PHP_FATAL = re.compile(
+    r"^(?:\[[^\]]*\] )?PHP Fatal error:\s+(?:Uncaught (?P<type>[\w\\]+)(?:: (?P<msg>.*?))?"
+    r"|(?P<fatal>.*?))(?: in \S+(?::\d+| on line \d+))?$"
+)
+# .NET prints the inner exception on the same line: "System.A: outer ---> System.B: inner".
+_DOTNET_INNER = re.compile(r" ---> (?=(?:[A-Za-z_][\w]*\.)+[A-Z]\w*(?:Exception|Error)\b)")
+
+
+@dataclass(frozen=True)
+class Printed:
+    """One exception line: its type as printed and its message."""
+
+    type: str
+    message: str
+    cause_first: bool  # Python and PHP: printed after its cause (else before its causes)
+    group: bool = False  # a Python ExceptionGroup header line
+
+
+def _lines(text: str) -> list[str]:
+    out: list[str] = []
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if " ---> " in line[:_MAX_LINE]:  # .NET: outer and inner exception on one line
+            out.extend(_DOTNET_INNER.split(line))
+        elif line:
+            out.append(line)
+    return out
+
+
+def _message(m: re.Match[str], group: str, line: str) -> str:
+    """The message a pattern found in ``line[:_MAX_LINE]``, read to the end of the full line."""
+    if m[group] is None:
+        return ""
+    cut = len(m.string) < len(line) and m.end(group) == len(m.string)
+    return line[m.start(group) :].strip() if cut else m[group].strip()
+
+
+def printed(text: str) -> list[Printed]:
+    """Every exception line of ``text``, in the order printed; suppressed exceptions (Java's
+    ``Suppressed:``) and frames are not exception lines."""
+    found: list[Printed] = []
+    in_traceback = False
+    lines = _lines(text)
+    for i, full in enumerate(lines):
+        line = full[:_MAX_LINE]
+        if _PY_TRACEBACK.match(line):
+            in_traceback = True
+            continue
+        if in_traceback:
+            body = _PY_GROUP_PREFIX.sub("", line, count=1) if line.lstrip()[:1] in "+|" else line
+            if body[:1].isspace() or body.startswith(_LOGURU_FRAME):
+                continue  # frames, source lines, carets, "[Previous line repeated …]"
+            in_traceback = False
+            if m := _PY_EXC.match(body):
+                group = _PY_GROUP_LINE.match(line) is not None
+                body_full = full[len(line) - len(body) :]
+                found.append(Printed(m["type"], _message(m, "msg", body_full), True, group))
+                continue
+        if m := _OTHER_EXC.match(line):
+            if m["type"]:
+                found.append(Printed(m["type"], _message(m, "msg", full), False))
+            else:
+                found.append(Printed(m["go"], _message(m, "gomsg", full), False))
+        elif m := _RUST_PANIC.match(line):
+            message = _message(m, "old", full) if m["old"] is not None else _next(lines, i)
+            found.append(Printed("panic", message.strip(), False))
+        elif "PHP Fatal error:" in line and (m := _PHP_FATAL.match(full)):
+            if m["type"]:
+                found.append(Printed(m["type"], (m["msg"] or "").strip(), True))
+            elif m["fatal"] is not None:
+                found.append(Printed("Fatal error", m["fatal"].strip(), True))
+        elif line.startswith("Next ") and (m := _PHP_NEXT.match(full)):
+            found.append(Printed(m["type"], (m["msg"] or "").strip(), True))
+    return found
+
+
+def _next(lines: list[str], i: int) -> str:
+    return lines[i + 1] if i + 1 < len(lines) else ""
+
+
+def chain(text: str) -> tuple[str, ...]:
+    """Exception types outermost first, root cause last (what grouping hashes)."""
+    found = printed(text)
+    cause_first = [p.type for p in found if p.cause_first]
+    other = [p.type for p in found if not p.cause_first]
+    return (*reversed(cause_first), *other)
+
+
+def reported(text: str) -> Printed | None:
+    """The exception an event names: the outermost one, thrown out of the code that failed.
+
+    Python's is printed last (after "During handling…" and "The above exception…"), PHP's in
+    its last ``Next``; Java's, Kotlin's, Node's, .NET's, Go's and Rust's first, before their
+    causes. A Python exception group is named by its top-level group line. Python and PHP
+    lines win over other lines of the same text (a log header saying "…Error: x" is not it).
+    """
+    found = printed(text)
+    if not found:
+        return None
+    groups = [p for p in found if p.group]
+    if groups:
+        return groups[0]
+    cause_first = [p for p in found if p.cause_first]
+    return cause_first[-1] if cause_first else found[0]
+
+
+# A line that only a stack trace prints: the record is a trace whatever its level says.
+STACK_MARK = re.compile(
+    r"^(?:Traceback \(most recent call last\):"
+    r"|\s*\+ Exception Group Traceback"
+    r"|\s+File \".*\", line \d+"
+    r"|\s+at \S.*(?:\)|:\d+)\s*(?:\{|~?\[[^\]]*\])?$"  # Java ("… ~[app.jar:?]"), Node, .NET
+    r"|goroutine \d+ .*\]:$"
+    r"|panic: |fatal error: "
+    r"|Exception in thread \""
+    r"|(?:Caused by|Wrapped by): "
+    r"|thread '[^']*'(?: \(\d+\))? panicked at "
+    r"|(?:\[[^\]]*\] )?PHP Fatal error: "
+    r"|Stack trace:$"
+    r"|Unhandled [Ee]xception)",
+    re.MULTILINE,
+)
+
+
+def has_stack(text: str) -> bool:
+    return STACK_MARK.search(text) is not None
