@@ -13,6 +13,7 @@ test: install
 
 lint: install
 	$(BIN)/ruff check shared workers producers tests benchmarks
+	$(BIN)/ruff format --check shared workers producers tests benchmarks
 	$(BIN)/mypy
 
 bench-pipeline: install

@@ -10,6 +10,7 @@ one suggested. Scores depend on the reranking model, so this is run per model.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,7 +53,7 @@ def suggest_threshold(points: Sequence[tuple[float, bool]]) -> Calibration | Non
     if not hits or not misses:
         return None
     scores = sorted({s for s, _ in points})
-    candidates = [(a + b) / 2 for a, b in zip(scores, scores[1:], strict=False)]
+    candidates = [(a + b) / 2 for a, b in itertools.pairwise(scores)]
     best: Calibration | None = None
     for t in candidates:
         m, h = flagged_shares(points, t)

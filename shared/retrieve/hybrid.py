@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from shared.core.domain import Candidate, ChunkHit
 from shared.core.errors import TracehoundError, TransientError
@@ -79,6 +79,41 @@ class Retrieved:
     notes: list[str] = field(default_factory=list)
 
 
+Run = Callable[[str, str, Callable[[], Any]], Any]
+
+
+def _located(
+    repo: str,
+    text: str,
+    frames: Sequence[Frame] | None,
+    locator: ChunkLocator,
+    signals: Collection[str],
+    frame_weight: float,
+    run: Run,
+) -> list[tuple[list[ChunkHit], float]]:
+    """Rankings found by location: the chunks at the trace's frames (the repo's own code, then
+    vendored copies at a lower weight) and the code defining names the text mentions."""
+    out: list[tuple[list[ChunkHit], float]] = []
+    if "frames" in signals and frames is not None:
+        ranked = run(
+            "frames", "stack frames not used", lambda: frame_ranking(repo, frames, locator)
+        )
+        if ranked is not None:
+            own, vendored = ranked
+            out += [
+                (ranking, w)
+                for ranking, w in ((own, frame_weight), (vendored, frame_weight * VENDORED_WEIGHT))
+                if ranking
+            ]
+    if "symbols" in signals and isinstance(locator, SymbolLocator):
+        names = named_symbols(text)
+        if names:
+            hits = run("symbols", "named symbols not used", lambda: locator.defining(repo, names))
+            if hits:
+                out.append((hits, SYMBOL_WEIGHT))
+    return out
+
+
 def hybrid_retrieve(
     repo: str,
     text: str,
@@ -107,8 +142,7 @@ def hybrid_retrieve(
     raised for the task to retry, except with ``degrade`` (the last attempt), where it is noted
     too, so the error still reaches the on-call engineer with whatever could be found.
     """
-    rankings: list[list[ChunkHit]] = []
-    weights: list[float] = []
+    rankings: list[tuple[list[ChunkHit], float]] = []
     notes: list[str] = []
 
     def run(signal: str, failed: str, fn: Callable[[], T]) -> T | None:
@@ -124,39 +158,21 @@ def hybrid_retrieve(
 
     if locator is None and isinstance(keywords, ChunkLocator):
         locator = keywords
-    if "frames" in signals:
-        if locator is not None:
-            found_frames = parse_frames(text) if frames is None else frames
-            ranked = run(
-                "frames",
-                "stack frames not used",
-                lambda: frame_ranking(repo, found_frames, locator),
-            )
-            if ranked is not None:
-                own, vendored = ranked
-                for ranking, w in ((own, frame_weight), (vendored, frame_weight * VENDORED_WEIGHT)):
-                    if ranking:
-                        rankings.append(ranking)
-                        weights.append(w)
-    if "symbols" in signals and isinstance(locator, SymbolLocator):
-        names = named_symbols(text)
-        if names:
-            hits = run("symbols", "named symbols not used", lambda: locator.defining(repo, names))
-            if hits:
-                rankings.append(hits)
-                weights.append(SYMBOL_WEIGHT)
+    if locator is not None:
+        found_frames = parse_frames(text) if frames is None and "frames" in signals else frames
+        rankings += _located(repo, text, found_frames, locator, signals, frame_weight, run)
     if vector is not None and "vector" in signals:
         hits = run("vector", "vector search failed", lambda: vectors.query(repo, vector, depth))
         if hits is not None:
-            rankings.append(hits)
-            weights.append(1.0)
+            rankings.append((hits, 1.0))
     if "bm25" in signals:
         hits = run("keyword", "keyword search failed", lambda: keywords.search(repo, text, depth))
         if hits is not None:
-            rankings.append(hits)
-            weights.append(1.0)
+            rankings.append((hits, 1.0))
     if not rankings:
         notes.append("retrieval: failed, no code context was found")
         return Retrieved([], notes)
-    fused = reciprocal_rank_fusion(rankings, k=rrf_k, weights=weights)
+    fused = reciprocal_rank_fusion(
+        [r for r, _ in rankings], k=rrf_k, weights=[w for _, w in rankings]
+    )
     return Retrieved(group_by_file(fused, weight=prior), notes)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from shared.index.chunking import TRUNCATED, chunk_file, embedding_text, language_of
@@ -38,7 +40,7 @@ def test_chunks_cover_every_non_blank_line() -> None:
 def test_consecutive_chunks_overlap_by_the_configured_number_of_lines() -> None:
     chunks = chunk_file("repo", "svc/app.rb", "\n".join(functions(30)), size=25, overlap=5)
     assert len(chunks) > 3
-    for prev, nxt in zip(chunks, chunks[1:], strict=False):
+    for prev, nxt in itertools.pairwise(chunks):
         assert prev.end_line - nxt.start_line + 1 == 5
 
 

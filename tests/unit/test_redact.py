@@ -347,7 +347,7 @@ def test_from_settings_drops_disabled_rules_and_adds_custom_patterns() -> None:
 
 
 def test_from_settings_rejects_unknown_rules_and_bad_patterns() -> None:
-    with pytest.raises(ValueError, match="unknown redaction rule.*emails"):
+    with pytest.raises(ValueError, match=r"unknown redaction rule.*emails"):
         Redactor.from_settings(True, [], ["emails"])
     with pytest.raises(ValueError, match="invalid redaction pattern"):
         Redactor.from_settings(True, ["(unclosed"], [])

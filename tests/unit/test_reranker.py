@@ -212,7 +212,7 @@ def test_a_200_with_an_html_page_is_a_clear_permanent_error() -> None:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     class Proxy(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             body = b"<html>login required</html>"
             self.send_response(200)

@@ -16,6 +16,7 @@ from a daemon thread. This module holds what they have in common:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import signal
@@ -63,10 +64,8 @@ class LoopbackServer(ThreadingHTTPServer):
         with self.connections_lock:
             connections = list(self.connections)
         for conn in connections:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 class BaseHandler(BaseHTTPRequestHandler):

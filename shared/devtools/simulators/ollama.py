@@ -320,6 +320,20 @@ def _bounded(schema: Mapping[str, Any], value: float, integer: bool) -> float:
     return value
 
 
+def _array_instance(s: Mapping[str, Any], root: Mapping[str, Any], depth: int) -> list[Any]:
+    if s.get("maxItems") == 0:
+        return []
+    prefix = s.get("prefixItems")
+    if isinstance(prefix, list) and prefix:
+        return [schema_instance(p, root, depth + 1) for p in prefix]
+    count = max(1, int(s.get("minItems", 1)))
+    items = s.get("items", {})
+    return [
+        schema_instance(items if isinstance(items, Mapping) else {}, root, depth + 1)
+        for _ in range(count)
+    ]
+
+
 def schema_instance(
     schema: Mapping[str, Any], _root: Mapping[str, Any] | None = None, _depth: int = 0
 ) -> Any:
@@ -351,17 +365,7 @@ def schema_instance(
             return {k: schema_instance(v, root, _depth + 1) for k, v in props.items()}
         return {}
     if kind == "array":
-        if s.get("maxItems") == 0:
-            return []
-        prefix = s.get("prefixItems")
-        if isinstance(prefix, list) and prefix:
-            return [schema_instance(p, root, _depth + 1) for p in prefix]
-        count = max(1, int(s.get("minItems", 1)))
-        items = s.get("items", {})
-        return [
-            schema_instance(items if isinstance(items, Mapping) else {}, root, _depth + 1)
-            for _ in range(count)
-        ]
+        return _array_instance(s, root, _depth)
     if kind == "integer":
         return int(_bounded(s, 1, integer=True))
     if kind == "number":
@@ -417,7 +421,7 @@ def schema_reply(schema: Mapping[str, Any], context: PromptContext | str) -> Any
     props = top.get("properties")
     instance = schema_instance(schema)
     if not (
-        isinstance(props, Mapping) and ANALYSIS_KEYS <= set(props) and isinstance(instance, dict)
+        isinstance(props, Mapping) and set(props) >= ANALYSIS_KEYS and isinstance(instance, dict)
     ):
         return instance
     analysis = simulated_analysis(context)

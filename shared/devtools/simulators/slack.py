@@ -23,6 +23,7 @@ thread-safe request log. Over HTTP, for tests in another process: ``GET /_sim/lo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import time
@@ -628,10 +629,8 @@ def _parse_args(raw: bytes, content_type: str, query: str) -> tuple[dict[str, An
         for name in _JSON_FIELDS:
             value = args.get(name)
             if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
-                try:
+                with contextlib.suppress(ValueError):  # else a string: block validation says so
                     args[name] = json.loads(value)
-                except ValueError:
-                    pass  # left as a string; block validation reports it
         return args, None
     return args, f"unsupported content type {content_type!r}"
 
