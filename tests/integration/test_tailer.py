@@ -90,6 +90,21 @@ def settle(t: Tailer, now: float) -> float:
     return now + 1.0
 
 
+def test_a_record_read_again_gets_the_same_event_id_and_other_records_other_ids(
+    tmp_path: Path,
+    tailer_for,  # type: ignore[no-untyped-def]
+) -> None:
+    log = tmp_path / "app.log"
+    log.write_text(traceback_record(1) + info_line(2) + traceback_record(3))
+    first, again = Collect(), Collect()
+    settle(tailer_for(str(log), first), 0.0)
+    (tmp_path / "state.json").unlink()  # a replay from the start, as after a lost checkpoint
+    settle(tailer_for(str(log), again), 0.0)
+    assert markers(first.events) == ["marker-1", "marker-3"]
+    assert [e.id for e in again.events] == [e.id for e in first.events]
+    assert first.events[0].id != first.events[1].id
+
+
 def test_rotation_by_rename_reads_the_old_file_to_its_end(tmp_path: Path, tailer_for) -> None:  # type: ignore[no-untyped-def]
     log = tmp_path / "app.log"
     log.write_text(info_line(0) + traceback_record(1))
