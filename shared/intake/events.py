@@ -235,7 +235,7 @@ def from_record(
     if not stack and _forwarded_text(message, level):
         # A shipper's record of raw log text: a multi-line record (a trace), or a log line whose
         # level is in its text. It is read as the tailer reads the same lines.
-        found = from_text(
+        as_text = from_text(
             message,
             origin=origin,
             service=service,
@@ -245,9 +245,9 @@ def from_record(
             fields=rec,
         )
         record_id = _text(obj.get("id")) if origin == "sent" else ""
-        if record_id and isinstance(found, ErrorEvent):
-            found = found.model_copy(update={"id": record_id})
-        return found
+        if record_id and isinstance(as_text, ErrorEvent):
+            as_text = as_text.model_copy(update={"id": record_id})
+        return as_text
     if not _is_error(level, bool(stack), origin):
         return _not_error(level)
     _service(service, rec)  # a clear error before anything else is said about the record
