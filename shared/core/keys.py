@@ -36,6 +36,18 @@ def group_update(fingerprint: str) -> str:
 GROUP_PATTERN = f"{PREFIX}group:*"
 
 
+def analysis_started(fingerprint: str, window_start: int) -> str:
+    """Which chain analyses a group's window: a chain enqueued twice (a producer that died
+    between enqueueing and recording it) stops at its first stage."""
+    return f"{group(fingerprint)}:analysis:{window_start}"
+
+
+def seen(service: str, event_id: str) -> str:
+    """The service's event was counted: a replay of the same id counts nothing (for
+    ``dedup_ttl``). Per service: a shipper's own ids ("1", "2", …) repeat across services."""
+    return f"{PREFIX}seen:{_digest(service + chr(0) + event_id)}"
+
+
 # --- delivery (shared/notify/delivery.py) -----------------------------------------------------
 
 

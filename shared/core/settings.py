@@ -131,6 +131,12 @@ class Settings(BaseSettings):
         None, description="Bearer token log shippers must send to POST /v1/events."
     )
     ingest_max_body_bytes: int = Field(10_000_000, ge=1000)
+    ingest_max_records: int = Field(
+        10_000, ge=1, description="Records per request; more is a 413 (split the batch)."
+    )
+    ingest_read_timeout: float = Field(
+        30.0, gt=0, description="Seconds a request body may take to arrive; then a 408."
+    )
 
     # --- grouping, dedup, safety ---
     group_window: float = Field(
@@ -138,6 +144,12 @@ class Settings(BaseSettings):
     )
     group_update_interval: float = Field(
         60.0, gt=0, description="Seconds between count updates / thread replies per group."
+    )
+    dedup_ttl: int = Field(
+        3600,
+        ge=60,
+        description="Seconds an event id is remembered: a replay or a shipper's retry within "
+        "it counts once (about 120 bytes of Redis per event).",
     )
     grouping_config: Path | None = Field(
         None, description="JSON/YAML: per-service in-app path prefixes and custom rules."

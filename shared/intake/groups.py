@@ -6,7 +6,11 @@ Keys per group (``{fp}`` is the fingerprint value):
                          thread_reply_at
   th:group:{fp}:message  the last message posted for the group (JSON: text, blocks), so a
                          repeat can update its count with chat.update
-Counting is one Lua script, so a storm of identical events yields exactly one "new".
+  th:seen:{event id}     the event was counted (kept ``dedup_ttl`` seconds)
+Counting is one Lua script, so a storm of identical events yields exactly one "new", and an
+event id counts once: a tailer's replay after a restart, a copy of a rotated file or a
+shipper's retried batch adds nothing (and a replay still starts the window's analysis if the
+producer died before it enqueued it).
 """
 
 from __future__ import annotations
@@ -23,10 +27,22 @@ IDLE_EXPIRY_S = 30 * 24 * 3600
 START_OVERDUE_MS = 30_000  # a window's chain not marked started by then is started again
 
 _RECORD = """
--- KEYS: group ; ARGV: window_ms, service, expiry_s, event_id, stale_ms
+-- KEYS: group, seen ; ARGV: window_ms, service, expiry_s, event_id, stale_ms, seen_ttl_s
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ws = tonumber(redis.call('HGET', KEYS[1], 'window_start'))
+if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[6]) then
+  -- Counted before: count nothing. If this event opened the window and its chain was never
+  -- enqueued (the producer died in between), its replay starts it now.
+  local again = 0
+  if ws and redis.call('HGET', KEYS[1], 'started') ~= tostring(ws)
+      and redis.call('HGET', KEYS[1], 'pending') == ARGV[4] then
+    again = 1
+  end
+  local g = redis.call('HMGET', KEYS[1], 'window_count', 'total', 'first_seen', 'last_seen')
+  return {again, ws or 0, tonumber(g[1]) or 0, tonumber(g[2]) or 0, tonumber(g[3]) or now,
+          tonumber(g[4]) or now, 1}
+end
 local new = 0
 if (not ws) or (now - ws >= tonumber(ARGV[1])) then
   ws = now
@@ -46,7 +62,7 @@ redis.call('HSET', KEYS[1], 'last_seen', now)
 local count = redis.call('HINCRBY', KEYS[1], 'window_count', 1)
 local total = redis.call('HINCRBY', KEYS[1], 'total', 1)
 redis.call('EXPIRE', KEYS[1], ARGV[3])
-return {new, ws, count, total, tonumber(redis.call('HGET', KEYS[1], 'first_seen')), now}
+return {new, ws, count, total, tonumber(redis.call('HGET', KEYS[1], 'first_seen')), now, 0}
 """
 
 
@@ -61,6 +77,7 @@ class Occurrence:
     total: int
     first_seen: int  # ms
     last_seen: int  # ms
+    duplicate: bool = False  # this event id was counted before: nothing was added
 
 
 @dataclass(frozen=True)
@@ -81,18 +98,40 @@ def _s(v: Any) -> str | None:
     return v.decode() if isinstance(v, bytes) else v
 
 
+DEDUP_TTL_S = 3600
+
+
 class GroupStore:
-    def __init__(self, r: redis.Redis, *, window_s: float) -> None:
+    def __init__(self, r: redis.Redis, *, window_s: float, dedup_ttl_s: int = DEDUP_TTL_S) -> None:
         self.r = r
         self.window_ms = int(window_s * 1000)
+        self.dedup_ttl_s = dedup_ttl_s
         self._record = r.register_script(_RECORD)
 
     def record(self, fp: str, service: str, event_id: str) -> Occurrence:
-        new, ws, count, total, first, now = self._record(
-            keys=[keys.group(fp)],
-            args=[self.window_ms, service, IDLE_EXPIRY_S, event_id, START_OVERDUE_MS],
+        """Count one event of the group (once per event id)."""
+        new, ws, count, total, first, now, dup = self._record(
+            keys=[keys.group(fp), keys.seen(service, event_id)],
+            args=[
+                self.window_ms,
+                service,
+                IDLE_EXPIRY_S,
+                event_id,
+                START_OVERDUE_MS,
+                self.dedup_ttl_s,
+            ],
         )
-        return Occurrence(fp, bool(new), int(ws), int(count), int(total), int(first), int(now))
+        return Occurrence(
+            fp, bool(new), int(ws), int(count), int(total), int(first), int(now), bool(dup)
+        )
+
+    def claim_analysis(self, fp: str, window_start: int, task_id: str) -> bool:
+        """Whether the chain whose first task is ``task_id`` analyses this group window: the
+        first chain to ask does (and its redelivered message still does); any other does not."""
+        key = keys.analysis_started(fp, window_start)
+        self.r.set(key, task_id, nx=True, ex=IDLE_EXPIRY_S)
+        owner = self.r.get(key)
+        return owner is not None and _s(owner) == task_id
 
     def mark_started(self, fp: str, window_start: int) -> None:
         """The window's analysis chain is enqueued: later events of the window only count."""

@@ -28,12 +28,13 @@ class Submitted:
     new: bool  # this event started an analysis
     count: int  # occurrences of its group in the current window
     result: AsyncResult | None  # the notify stage's result when ``new``
+    duplicate: bool = False  # the event id was counted before (a replay): nothing added
 
 
 class Intake:
     def __init__(self, app: Celery, r: redis.Redis, settings: Settings) -> None:
         self.app, self.settings = app, settings
-        self.groups = GroupStore(r, window_s=settings.group_window)
+        self.groups = GroupStore(r, window_s=settings.group_window, dedup_ttl_s=settings.dedup_ttl)
         self.redactor = Redactor.from_settings(
             settings.redact, settings.redact_extra, settings.redact_disable
         )
@@ -51,7 +52,9 @@ class Intake:
             result = enqueue_error(self.app, event, group=group)
             # Only now: a crash before this line lets the replayed event start the chain.
             self.groups.mark_started(fp.value, occ.window_start)
-            return Submitted(event.id, fp.value, True, occ.count, result)
+            return Submitted(event.id, fp.value, True, occ.count, result, occ.duplicate)
+        if occ.duplicate:
+            return Submitted(event.id, fp.value, False, occ.count, None, duplicate=True)
         if self.groups.claim_update(fp.value, self.settings.group_update_interval):
             # One delayed update per interval carries every repeat in it to Slack.
             enqueue_update_group(self.app, fp.value, countdown=self.settings.group_update_interval)
@@ -59,4 +62,6 @@ class Intake:
 
 
 def intake_for(settings: Settings, app: Celery) -> Intake:
-    return Intake(app, redis.Redis.from_url(settings.redis_url), settings)
+    # Bounded waits: a producer that cannot reach Redis backs off and says so, never hangs.
+    r = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=10)
+    return Intake(app, r, settings)

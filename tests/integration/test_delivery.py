@@ -163,7 +163,7 @@ def test_count_updates_wait_for_the_message_then_rewrite_it_and_reply_once_per_i
         update_counts("fp-1", yard.courier)
     first = deliver(inv, yard.courier)
     for _ in range(4):
-        yard.groups.record("fp-1", "shop", "repeat")
+        yard.groups.record("fp-1", "shop", f"repeat-{_}")
     yard.replies.clear()
     assert update_counts("fp-1", yard.courier) == 5
     assert update_counts("fp-1", yard.courier) == 5

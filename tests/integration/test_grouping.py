@@ -204,10 +204,56 @@ def test_a_producer_dying_between_counting_and_enqueueing_loses_nothing(
 
     store = GroupStore(redis_client, window_s=60.0)
     fp = f"v1:test-{uuid.uuid4().hex}"
-    first = store.record(fp, "svc", "event-a")
+    a, b = f"event-a-{fp}", f"event-b-{fp}"  # event ids are counted once, store-wide
+    first = store.record(fp, "svc", a)
     assert first.new  # ... and the producer is killed before it enqueues the chain
-    assert not store.record(fp, "svc", "event-b").new  # a different event only counts
-    replay = store.record(fp, "svc", "event-a")  # the restarted tailer re-reads event-a
+    assert not store.record(fp, "svc", b).new  # a different event only counts
+    replay = store.record(fp, "svc", a)  # the restarted tailer re-reads event-a
     assert replay.new  # so it starts the chain after all
     store.mark_started(fp, replay.window_start)
-    assert not store.record(fp, "svc", "event-a").new  # once started, repeats only count
+    assert not store.record(fp, "svc", a).new  # once started, repeats only count
+
+
+def test_the_same_event_id_counts_once(redis_client: Any) -> None:
+    from shared.intake.groups import GroupStore
+
+    store = GroupStore(redis_client, window_s=60.0)
+    fp = f"v1:test-{uuid.uuid4().hex}"
+    a, b = f"event-a-{fp}", f"event-b-{fp}"  # event ids are counted once, store-wide
+    first = store.record(fp, "svc", a)
+    store.mark_started(fp, first.window_start)
+    store.record(fp, "svc", b)
+    again = store.record(fp, "svc", a)  # a replay: a restarted tailer, a retried batch
+    assert again.duplicate and not again.new
+    assert (again.count, again.total) == (2, 2)
+    assert store.state(fp).total == 2  # type: ignore[union-attr]
+
+
+def test_a_group_window_enqueued_twice_is_analysed_and_posted_once(
+    sender: Any, redis_client: Any, ollama_sim: OllamaSimulator, slack_sim: SlackSimulator
+) -> None:
+    """A producer that died after enqueueing a chain but before recording it replays the event,
+    and intake enqueues the chain again: the second chain stops at its first stage."""
+    from shared.core import queues
+    from shared.core.domain import GroupRef
+    from shared.core.pipeline import enqueue_error
+    from shared.intake.events import parse_event
+    from shared.intake.groups import GroupStore
+
+    service = f"svc-{uuid.uuid4().hex[:8]}"
+    event = parse_event(TRACE, service=service, repo="sample")
+    occurrence = GroupStore(redis_client, window_s=60.0).record(f"v1:{service}", service, event.id)
+    group = GroupRef(fingerprint=f"v1:{service}", window_start=occurrence.window_start)
+    first = enqueue_error(sender, event, group=group)
+    second = enqueue_error(sender, event, group=group)
+    first.get(timeout=90)
+    wait_until(
+        lambda: all(queues.depth(redis_client, q) == 0 for q in queues.ALL_QUEUES),
+        30,
+        "the queues to drain",
+    )
+    time.sleep(2)  # a second analysis would have reached its last stage by now
+    assert second.state == "PENDING"  # its chain stopped at the first stage: nothing ran
+    chats = [r for r in ollama_sim.requests_to("/api/chat") if service in json.dumps(r["body"])]
+    assert len(chats) == 1
+    assert len(top_level(slack_sim, service)) == 1

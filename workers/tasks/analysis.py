@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.exceptions import SoftTimeLimitExceeded
+from celery.exceptions import Ignore, SoftTimeLimitExceeded
 
 from shared.analyze.llm import degraded
 from shared.analyze.stage import analyze_investigation, with_analysis
@@ -36,6 +36,14 @@ def embed_query(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     """Embed the query built from the error; if embedding fails for good, go on keyword-only."""
     inv = _load(self, payload)
     ctx = context.clients()
+    group = inv.group
+    if group and not ctx.groups.claim_analysis(
+        group.fingerprint, group.window_start, self.request.id
+    ):
+        # The same group window enqueued twice (its producer died between enqueueing the chain
+        # and recording it, then replayed the event): one analysis is enough.
+        log.info("analysis.duplicate_chain", extra={"event_id": inv.event.id})
+        raise Ignore()
     # Producers redact already; this keeps secrets out of the models for any other caller.
     inv = inv.model_copy(update={"event": ctx.redactor.redact_event(inv.event)})
     query = build_query(inv.event)
