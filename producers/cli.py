@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from shared.core import queues
+from shared.core import logs, queues
 from shared.core.errors import PermanentError
 from shared.core.settings import Settings
 
@@ -423,10 +422,8 @@ def demo(
 
 
 def main() -> None:
-    logging.basicConfig(
-        level=os.environ.get("TRACEHOUND_LOG_LEVEL", "WARNING"),
-        format="%(levelname)s %(name)s %(message)s",
-    )
+    # Log lines carry their fields (path, error, event id): "tail.open_failed" alone says nothing.
+    logs.configure(os.environ.get("TRACEHOUND_LOG_LEVEL", "WARNING"))
     cli()
 
 

@@ -1,19 +1,39 @@
-"""The log tailer: follows files like ``tail -F`` and enqueues their error records.
+"""The log tailer: follows files like ``tail -F`` and hands every error record to intake.
 
-Rotation by rename (the old file is read to its end), copytruncate, delete-and-recreate and new
-files matching the globs are all followed. The read offset of each file is checkpointed only
-after the events read before it are enqueued, so a crash or restart never loses an error; a
-replay may repeat one, with the same event id.
+What it guarantees (tests/integration/test_tail_chaos.py breaks it on purpose):
+
+- **At-least-once delivery.** A file's read offset is checkpointed only after every event read
+  before it was handed over. After a crash, ``kill -9`` or a Redis outage the tailer reads again
+  from the checkpoint, so an error is never skipped.
+- **Exactly-once counting.** An event's id is the file's identity, the record's offset and its
+  text; intake counts an id once, so what is read again adds nothing.
+- **File identity.** An open file is known by device and inode; across copies and restarts by a
+  fingerprint of its first line (up to 256 bytes), as Vector's checksum and Filebeat's
+  fingerprint do. A copy whose first line matches a file already read (logrotate's
+  ``copytruncate``, a rename while the tailer was down) continues that file's offset.
+- **Discovery.** inotify (watchdog) opens new and renamed files the moment they appear, so a
+  generation that rotates in and out between two scans is still read; a scan runs too, every
+  ``scan_every`` seconds. A rotated file is read to its end and kept while it still grows
+  (``linger`` seconds after its last growth); a deleted one is closed once read.
+- **Where to start.** A file the tailer has never seen is read from its start — except on the
+  very first run (no state file yet), where files already there are history, read from their
+  end as ``tail -F`` does, unless ``--from-start``.
+- **Outages.** When intake cannot take an event (Redis down), the file is rewound to its
+  checkpoint, the tailer backs off (capped exponential, one log line per attempt) and reads
+  again from there once Redis is back.
+
+copytruncate loses what is written between the copy and the truncate, in every tailer
+(Fluent Bit and Vector document the same); prefer ``create`` rotation.
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
 import hashlib
 import json
 import logging
 import os
+import queue
 import signal
 import stat
 import threading
@@ -23,55 +43,83 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from producers.globs import Pattern, compile_patterns, matching_paths
 from producers.multiline import Grouper, Record
 from shared.core.domain import ErrorEvent
+from shared.core.logs import Throttle
 from shared.core.settings import Settings
 from shared.intake.events import from_input
 
 log = logging.getLogger(__name__)
 
 FINGERPRINT_BYTES = 256
+MIN_COPY_FINGERPRINT = 32  # a first line shorter than this identifies nothing across copies
 READ_CHUNK = 1 << 20
+READ_BUDGET = 16 << 20  # bytes per file per round: other files and new ones get their turn
 LINE_TRUNCATED = " …[line truncated by tracehound]"
+STATE_VERSION = 2
+RETIRED_MAX = 256  # identities of closed files remembered for copies that appear later
+BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
 
 Enqueue = Callable[[ErrorEvent], object]  # the return value (a group decision) is unused
 
 
-def fingerprint(f: BinaryIO, length: int = FINGERPRINT_BYTES) -> tuple[str, int]:
-    """Hash of the file's first bytes and how many were hashed (fewer while it is short)."""
+class HandOverFailed(Exception):
+    """Intake could not take an event (its Redis is out of reach)."""
+
+
+def head_identity(f: BinaryIO) -> tuple[str, int, bool]:
+    """(hash, bytes hashed, final): the file's first line, at most 256 bytes. Not final while
+    the file holds fewer bytes and no newline yet."""
     f.seek(0)
-    head = f.read(length)
-    return hashlib.sha1(head).hexdigest(), len(head)
+    head = f.read(FINGERPRINT_BYTES)
+    nl = head.find(b"\n")
+    n = nl + 1 if nl >= 0 else len(head)
+    final = nl >= 0 or len(head) == FINGERPRINT_BYTES
+    return hashlib.sha1(head[:n]).hexdigest(), n, final
 
 
-def same_file(f: BinaryIO, fp: str, fp_len: int) -> bool:
-    """Whether an open file still starts with the bytes a checkpoint saw (inode reuse check)."""
+def same_head(f: BinaryIO, fp: str, fp_len: int) -> bool:
+    """Whether an open file still starts with the bytes a checkpoint hashed."""
     f.seek(0)
     return hashlib.sha1(f.read(fp_len)).hexdigest() == fp
 
 
 class Checkpoints:
-    """Read offsets per file identity, in a JSON file replaced atomically on every save."""
+    """Read offsets per open file (device:inode) and identities of closed ones, in a JSON file
+    replaced atomically on every save."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.existed = path.exists()
         self.entries: dict[str, dict[str, Any]] = {}
-        if path.exists():
-            try:
-                self.entries = json.loads(path.read_text())
-            except (OSError, ValueError) as exc:
-                # A torn file cannot happen with replace(); a hand-edited one can.
-                log.warning(
-                    "tail.checkpoints_unreadable", extra={"path": str(path), "error": str(exc)}
-                )
+        self.retired: list[dict[str, Any]] = []
+        if not self.existed:
+            return
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            # A torn file cannot happen with replace(); a hand-edited one can.
+            log.warning("tail.checkpoints_unreadable", extra={"path": str(path), "error": str(exc)})
+            return
+        if isinstance(data, dict) and data.get("version") == STATE_VERSION:
+            self.entries = dict(data.get("files") or {})
+            self.retired = list(data.get("retired") or [])
+        elif isinstance(data, dict):  # version 1: the entries themselves
+            self.entries = data
+
+    def retire(self, entry: dict[str, Any]) -> None:
+        self.retired = [*self.retired, entry][-RETIRED_MAX:]
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.entries, sort_keys=True))
+        body = {"version": STATE_VERSION, "files": self.entries, "retired": self.retired}
+        tmp.write_text(json.dumps(body, sort_keys=True))
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+        self.existed = True
 
 
 @dataclass
@@ -89,7 +137,79 @@ class Followed:
     last_growth: float = 0.0
     fp: str = ""
     fp_len: int = 0
-    draining: bool = False  # replaced at its path: read to the end, then close
+    fp_final: bool = False
+    at_path: bool = True  # still present at a path matching the patterns
+    read_at: float = 0.0  # wall clock of the last read (copies newer than it are unread data)
+
+    def safe_offset(self) -> int:
+        """Where a restart must read again: before every line not yet in a handed-over event."""
+        pending = self.grouper.safe_offset()
+        return self.partial_start if pending is None else min(pending, self.partial_start)
+
+    def entry(self) -> dict[str, Any]:
+        return {
+            "offset": self.safe_offset(),
+            "fp": self.fp,
+            "fp_len": self.fp_len,
+            "path": self.path,
+        }
+
+
+class _Watch:
+    """inotify through watchdog: files created in, or renamed into or out of, the patterns'
+    directories are opened at once and handed to the tailer's thread, so a file rotated away
+    before the next scan is still held (an open descriptor reads it whatever its name)."""
+
+    def __init__(self, patterns: list[Pattern], known: Callable[[str], bool]) -> None:
+        self.patterns, self.known = patterns, known
+        self.opened: queue.SimpleQueue[tuple[str, BinaryIO]] = queue.SimpleQueue()
+        self.observer: Any = None
+
+    def start(self) -> None:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        watch = self
+
+        class Handler(FileSystemEventHandler):
+            def on_created(self, event: FileSystemEvent) -> None:
+                if not event.is_directory:
+                    watch._maybe_open(str(event.src_path), rotated=False)
+
+            def on_moved(self, event: FileSystemEvent) -> None:
+                if event.is_directory:
+                    return
+                src, dest = str(event.src_path), str(event.dest_path)
+                # Renamed into the patterns, or a followed name rotated to one outside them.
+                rotated = watch._matches(src) or watch.known(src)
+                watch._maybe_open(dest, rotated=rotated)
+
+        observer = Observer()
+        bases = {p.base: p.recursive for p in self.patterns}
+        for base, recursive in bases.items():
+            if os.path.isdir(base):
+                observer.schedule(Handler(), base, recursive=recursive)
+        observer.daemon = True
+        observer.start()
+        self.observer = observer
+
+    def _matches(self, path: str) -> bool:
+        return any(p.matches(path) for p in self.patterns)
+
+    def _maybe_open(self, path: str, *, rotated: bool) -> None:
+        if not (rotated or self._matches(path)):
+            return
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - handed to the tailer, which closes it
+        except OSError:
+            return  # gone already, or unreadable: the scan logs it
+        self.opened.put((path, f))
+
+    def stop(self) -> None:
+        if self.observer is not None:
+            self.observer.stop()
+            self.observer.join(timeout=2)
+            self.observer = None
 
 
 class Tailer:
@@ -109,93 +229,169 @@ class Tailer:
         max_record_bytes: int = 256_000,
         flush_after: float = 1.5,
         max_trace_bytes: int = 64_000,
+        scan_every: float = 1.0,
+        linger: float = 30.0,
+        inotify: bool = True,
+        stop: threading.Event | None = None,
     ) -> None:
-        self.patterns = patterns
+        self.patterns = compile_patterns(patterns)
         self.service, self.repo = service, repo
         self.enqueue = enqueue
         self.checkpoints = Checkpoints(state_path)
-        self.from_start = from_start
+        # Only the very first run treats what is already there as history.
+        self.history_at_start = not self.checkpoints.existed and not from_start
         self.max_line_bytes = max_line_bytes
         self.flush_after = flush_after
         self.max_trace_bytes = max_trace_bytes
+        self.scan_every, self.linger = scan_every, linger
+        self.stop = stop or threading.Event()
         self._grouper_args: dict[str, Any] = {
             "max_lines": max_record_lines,
             "max_bytes": max_record_bytes,
             "flush_after": flush_after,
         }
         self.files: dict[str, Followed] = {}  # by key
-        self.by_path: dict[str, str] = {}  # path -> key currently at that path
         self.first_scan = True
         self.events = 0
-        self._warned: set[str] = set()
+        self._next_scan = 0.0
+        self._retry_at = 0.0
+        self._backoff = 0.0
+        self._throttle = Throttle()
+        self._watch: _Watch | None = None
+        if inotify:
+            self._watch = _Watch(self.patterns, self._is_followed_path)
+            try:
+                self._watch.start()
+            except OSError as exc:  # the inotify limit: the scan still finds everything
+                log.warning("tail.inotify_unavailable", extra={"error": str(exc)})
+                self._watch = None
+
+    def _is_followed_path(self, path: str) -> bool:
+        return any(fl.path == path for fl in list(self.files.values()))
 
     # --- discovery -------------------------------------------------------------------
 
-    def _matches(self) -> Iterator[str]:
-        seen: set[str] = set()
-        for pattern in self.patterns:
-            for path in sorted(glob.glob(os.path.expanduser(pattern), recursive=True)):
-                if path not in seen:
-                    seen.add(path)
-                    yield path
-
     def discover(self, now: float) -> None:
-        present: dict[str, str] = {}
-        for path in self._matches():
+        """Adopt what inotify opened; every ``scan_every`` seconds, scan the patterns."""
+        while self._watch is not None:
+            try:
+                path, f = self._watch.opened.get_nowait()
+            except queue.Empty:
+                break
+            self._adopt(path, f, now)
+        if now < self._next_scan and not self.first_scan:
+            return
+        self._next_scan = now + self.scan_every
+        present: set[str] = set()
+        for path in matching_paths(self.patterns):
             try:
                 st = os.stat(path)
             except OSError:
-                continue  # vanished between glob and stat
+                continue  # vanished between the scan and the stat
             if not stat.S_ISREG(st.st_mode):
-                if path not in self._warned:  # a directory named like a log file
-                    self._warned.add(path)
-                    log.info("tail.skip", extra={"path": path, "reason": "not a regular file"})
+                self._say_once(f"notreg:{path}", "tail.skip", path=path, reason="not a file")
                 continue
             key = f"{st.st_dev}:{st.st_ino}"
-            present[path] = key
+            present.add(key)
             if key in self.files:
                 self.files[key].path = path  # renamed to another matching name: same file
                 continue
-            self._open(path, key, now)
-        live = set(present.values())
+            try:
+                f = open(path, "rb")  # noqa: SIM115 - kept open across polls, closed in _close
+            except OSError as exc:
+                self._say_once(f"open:{path}", "tail.open_failed", path=path, error=str(exc))
+                continue
+            self._adopt(path, f, now)
         for key, fl in self.files.items():
-            # Rotated away from the globs, replaced by a new file, or deleted: read to the end.
-            fl.draining = key not in live
-        self.by_path = present
-        self.first_scan = False
+            fl.at_path = key in present
+        if self.first_scan:
+            self.first_scan = False
+            for fl in self.files.values():
+                self.checkpoints.entries[fl.key] = fl.entry()
+            self.checkpoints.save()  # the first run's starting points survive a kill -9
 
-    def _open(self, path: str, key: str, now: float) -> None:
-        try:
-            f = open(path, "rb")  # noqa: SIM115 - kept open across polls, closed in _close
-        except OSError as exc:
-            log.warning("tail.open_failed", extra={"path": path, "error": str(exc)})
-            return
+    def _adopt(self, path: str, f: BinaryIO, now: float) -> None:
         st = os.fstat(f.fileno())
-        if f"{st.st_dev}:{st.st_ino}" != key:  # replaced between stat and open
-            f.close()
+        key = f"{st.st_dev}:{st.st_ino}"
+        if key in self.files or not stat.S_ISREG(st.st_mode):
+            f.close()  # already followed (inotify and the scan both found it), or not a file
             return
-        followed = Followed(
-            key=key, path=path, f=f, grouper=Grouper(**self._grouper_args), last_growth=now
+        fl = Followed(
+            key=key,
+            path=path,
+            f=f,
+            grouper=Grouper(**self._grouper_args),
+            last_growth=now,
+            read_at=time.time(),
         )
-        saved = self.checkpoints.entries.get(key)
-        if saved and same_file(f, saved["fp"], saved["fp_len"]) and saved["offset"] <= st.st_size:
-            followed.offset = int(saved["offset"])
-        elif saved is None and self.first_scan and not self.from_start:
-            followed.offset = st.st_size  # like tail -F: existing content is history
-        followed.partial_start = followed.offset
-        followed.fp, followed.fp_len = fingerprint(f)
-        self.files[key] = followed
-        log.info("tail.open", extra={"path": path, "offset": followed.offset})
+        fl.fp, fl.fp_len, fl.fp_final = head_identity(f)
+        fl.offset = self._start_offset(fl, st.st_size)
+        fl.partial_start = fl.offset
+        self.files[key] = fl
+        self._throttle.forget(f"open:{path}")
+        log.info("tail.open", extra={"path": path, "offset": fl.offset, "size": st.st_size})
+
+    def _start_offset(self, fl: Followed, size: int) -> int:
+        saved = self.checkpoints.entries.get(fl.key)
+        if saved and saved["offset"] <= size and same_head(fl.f, saved["fp"], saved["fp_len"]):
+            return int(saved["offset"])
+        copied = self._copy_of(fl, size)
+        if copied is not None:
+            log.info("tail.copy_continues", extra={"path": fl.path, "offset": copied})
+            return copied
+        if self.first_scan and self.history_at_start:
+            return size  # the first run ever: like tail -F, what is there is history
+        return 0
+
+    def _copy_of(self, fl: Followed, size: int) -> int | None:
+        """The offset of a file with the same first line (this file is its copy), if any."""
+        if not fl.fp_final or fl.fp_len < MIN_COPY_FINGERPRINT:
+            return None
+        known: list[dict[str, Any]] = [o.entry() for o in self.files.values()]
+        known += [*self.checkpoints.entries.values(), *reversed(self.checkpoints.retired)]
+        for entry in known:
+            if entry.get("fp") == fl.fp and entry.get("fp_len") == fl.fp_len:
+                return min(int(entry["offset"]), size)
+        return None
+
+    def _adopt_copies(self, fl: Followed, now: float) -> None:
+        """After a copytruncate, the copies beside the file (``app.log.1``, ``app.log-2026…``)
+        hold what was written after the last read and before the truncate: the copy of what was
+        being read continues from its offset, and a copy made since the last read but of a
+        content never seen (two rotations between two reads) is read whole — even where the
+        patterns do not match them."""
+        directory, name = os.path.split(fl.path)
+        try:
+            names = [n for n in os.listdir(directory or ".") if n.startswith(name) and n != name]
+        except OSError:
+            return
+        for other in names:
+            path = os.path.join(directory, other)
+            try:
+                f = open(path, "rb")  # noqa: SIM115 - adopted (then closed in _close) or closed
+            except OSError:
+                continue
+            st = os.fstat(f.fileno())
+            key = f"{st.st_dev}:{st.st_ino}"
+            fresh = st.st_mtime >= fl.read_at - 1.0  # mtime is coarse on some filesystems
+            if key not in self.files and (same_head(f, fl.fp, fl.fp_len) or fresh):
+                self._adopt(path, f, now)
+                self.files[key].at_path = False  # read to its end, then let go
+            else:
+                f.close()
 
     # --- reading ---------------------------------------------------------------------
 
     def _lines(self, fl: Followed, now: float) -> Iterator[tuple[str, int, int]]:
-        """Complete lines from the current offset; a huge line is cut, never held whole."""
+        """Complete lines from the current offset, at most READ_BUDGET bytes this round; a huge
+        line is cut, never held whole."""
         fl.f.seek(fl.offset)
-        while True:
-            chunk = fl.f.read(READ_CHUNK)
+        budget = READ_BUDGET
+        while budget > 0 and not self.stop.is_set():
+            chunk = fl.f.read(min(READ_CHUNK, budget))
             if not chunk:
                 return
+            budget -= len(chunk)
             fl.last_growth = now
             pos = 0
             while pos < len(chunk):
@@ -232,63 +428,93 @@ class Tailer:
                 repo=self.repo,
                 max_bytes=self.max_trace_bytes,
             )
-            if isinstance(event, ErrorEvent):
-                # The same record at the same place of the same file gets the same id.
-                key = f"{fl.fp}:{record.start}:{record.text}".encode("utf-8", errors="replace")
-                event = event.model_copy(update={"id": hashlib.sha1(key).hexdigest()[:32]})
+            if not isinstance(event, ErrorEvent):
+                continue
+            if not fl.fp_final:  # a record was read, so the first line is complete now
+                reading_at = fl.f.tell()
+                fl.fp, fl.fp_len, fl.fp_final = head_identity(fl.f)
+                fl.f.seek(reading_at)
+            # The same record at the same place of the same file gets the same id.
+            key = f"{fl.fp}:{record.start}:{record.text}".encode("utf-8", errors="replace")
+            event = event.model_copy(update={"id": hashlib.sha1(key).hexdigest()[:32]})
+            try:
                 self.enqueue(event)
-                self.events += 1
-
-    def _checkpoint(self, fl: Followed) -> None:
-        safe = fl.grouper.safe_offset()
-        offset = fl.partial_start if safe is None else min(safe, fl.partial_start)
-        self.checkpoints.entries[fl.key] = {
-            "offset": offset,
-            "fp": fl.fp,
-            "fp_len": fl.fp_len,
-            "path": fl.path,
-        }
-
-    def _refresh_fingerprint(self, fl: Followed) -> None:
-        if fl.fp_len < FINGERPRINT_BYTES:  # the file was short when first seen
-            fl.fp, fl.fp_len = fingerprint(fl.f)
+            except Exception as exc:
+                raise HandOverFailed(f"{type(exc).__name__}: {exc}") from exc
+            self.events += 1
 
     def _read(self, fl: Followed, now: float) -> None:
         size = os.fstat(fl.f.fileno()).st_size
-        rewritten = fl.fp_len > 0 and not same_file(fl.f, fl.fp, fl.fp_len)
+        rewritten = fl.fp_final and not same_head(fl.f, fl.fp, fl.fp_len)
         if size < fl.offset or rewritten:  # copytruncate: the same inode started over
             log.info("tail.truncated", extra={"path": fl.path, "offset": fl.offset})
-            self._emit(fl, fl.grouper.flush(now, force=True))
+            self.checkpoints.retire(fl.entry())  # its copy continues from here
+            self._adopt_copies(fl, now)
+            if any(
+                o is not fl and (o.fp, o.fp_len) == (fl.fp, fl.fp_len) for o in self.files.values()
+            ):
+                fl.grouper = Grouper(**self._grouper_args)  # its copy reads the record whole
+            else:
+                self._emit(fl, fl.grouper.flush(now, force=True))  # no copy: what was read
             fl.offset = fl.partial_start = 0
             fl.partial.clear()
-            fl.fp, fl.fp_len = fingerprint(fl.f)
+            fl.fp, fl.fp_len, fl.fp_final = head_identity(fl.f)
         for line, start, end in self._lines(fl, now):
             self._emit(fl, fl.grouper.feed(line, start, end, now))
-        self._refresh_fingerprint(fl)
+        if not fl.fp_final:  # the file was short when first seen: its first line may be done
+            fl.fp, fl.fp_len, fl.fp_final = head_identity(fl.f)
         if fl.partial and now - fl.last_growth >= self.flush_after:
             # A last line without its newline: the writer has stopped, take it as it is.
             end = fl.offset
             self._emit(fl, fl.grouper.feed(self._take_line(fl), fl.partial_start, end, now))
             fl.partial_start = end
         self._emit(fl, fl.grouper.flush(now))
+        fl.read_at = time.time()
 
     def poll_once(self, now: float | None = None) -> None:
-        """Discover files, read what is new, enqueue errors, then save checkpoints."""
+        """Discover files, read what is new, hand errors over, then save checkpoints."""
         now = time.monotonic() if now is None else now
         self.discover(now)
+        if now < self._retry_at:
+            return  # intake is out of reach: wait, the checkpoints stay where they are
         for key, fl in list(self.files.items()):
+            if self.stop.is_set():
+                break
             try:
                 self._read(fl, now)
-            except Exception:
-                # Enqueue failed (broker down) or the file misbehaved: forget what was read
-                # since the checkpoint and read it again next round. Nothing is lost.
-                log.exception("tail.read_failed", extra={"path": fl.path})
+            except HandOverFailed as exc:
+                self._rewind(fl)
+                self._back_off(now, str(exc))
+                break
+            except OSError as exc:
+                # The file misbehaved (an I/O error): read it again from its checkpoint.
+                self._say_once(f"read:{fl.path}", "tail.read_failed", path=fl.path, error=str(exc))
                 self._rewind(fl)
                 continue
-            self._checkpoint(fl)
-            if fl.draining and not fl.partial and fl.grouper.safe_offset() is None:
+            if self._backoff:
+                log.warning("tail.recovered", extra={"after_backoff_s": self._backoff})
+                self._backoff = 0.0
+            self.checkpoints.entries[key] = fl.entry()
+            if self._done(fl, now):
                 self._close(key, fl, now)
         self.checkpoints.save()
+
+    def _done(self, fl: Followed, now: float) -> bool:
+        """A rotated or deleted file read to its end, and no longer growing."""
+        if fl.at_path or fl.partial or fl.grouper.safe_offset() is not None:
+            return False
+        try:
+            st = os.fstat(fl.f.fileno())
+        except OSError:
+            return True
+        if st.st_size > fl.offset:
+            return False
+        return st.st_nlink == 0 or now - fl.last_growth >= self.linger
+
+    def _back_off(self, now: float, error: str) -> None:
+        self._backoff = min(BACKOFF_MAX, max(BACKOFF_START, self._backoff * 2))
+        self._retry_at = now + self._backoff
+        log.warning("tail.enqueue_failed", extra={"error": error, "retry_in_s": self._backoff})
 
     def _rewind(self, fl: Followed) -> None:
         saved = self.checkpoints.entries.get(fl.key)
@@ -302,10 +528,19 @@ class Tailer:
         self._emit(fl, fl.grouper.flush(now, force=True))
         fl.f.close()
         del self.files[key]
-        self.checkpoints.entries.pop(key, None)
+        saved = self.checkpoints.entries.pop(key, None)
+        if saved is not None:
+            self.checkpoints.retire(saved)
         log.info("tail.closed", extra={"path": fl.path})
 
+    def _say_once(self, key: str, event: str, **fields: Any) -> None:
+        held = self._throttle.allow(key)
+        if held is not None:
+            log.warning(event, extra={**fields, "repeated": held} if held else fields)
+
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
         for fl in self.files.values():
             fl.f.close()
         self.files.clear()
@@ -329,6 +564,10 @@ def run(
     app = sender_app(settings)
     intake = intake_for(settings, app)
     state = (state_dir or settings.data_dir / "tail") / f"{_safe(service)}.json"
+    stop = stop or threading.Event()
+    with contextlib.suppress(ValueError):  # signals only work in the main thread
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
     tailer = Tailer(
         patterns,
         service=service,
@@ -337,11 +576,8 @@ def run(
         state_path=state,
         from_start=from_start,
         max_trace_bytes=settings.max_trace_bytes,
+        stop=stop,
     )
-    stop = stop or threading.Event()
-    with contextlib.suppress(ValueError):  # signals only work in the main thread
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         while not stop.is_set():
             tailer.poll_once()

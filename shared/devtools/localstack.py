@@ -100,18 +100,22 @@ def spawn(
     return Proc(name, popen, log_path)
 
 
-def start_redis(workdir: Path) -> tuple[Proc, str]:
+def start_redis(
+    workdir: Path, *, port: int | None = None, appendonly: bool = False
+) -> tuple[Proc, str]:
+    """A private redis-server; ``port`` to start it again where its clients expect it, and
+    ``appendonly`` to keep its data across that restart (as production Redis does)."""
     exe = shutil.which("redis-server")
     if not exe:
         raise RuntimeError(
             "redis-server is not installed (Debian/Ubuntu: apt-get install "
             "redis-server; macOS: brew install redis)"
         )
-    port = free_port()
+    port = port or free_port()
     data = workdir / "redis"
     data.mkdir(parents=True, exist_ok=True)
     proc = spawn(
-        "redis",
+        f"redis-{port}",
         [
             exe,
             "--port",
@@ -121,7 +125,9 @@ def start_redis(workdir: Path) -> tuple[Proc, str]:
             "--save",
             "",
             "--appendonly",
-            "no",
+            "yes" if appendonly else "no",
+            "--appendfsync",
+            "always",
             "--dir",
             str(data),
         ],
