@@ -1,0 +1,178 @@
+"""``tracehound ingest`` as a sink log shippers can retry: Redis down is a 503 with Retry-After,
+a retried batch counts nothing twice, and hostile bodies are refused within their limits.
+
+Vector's http sink retries 429 and 5xx and gives up on other 4xx; Fluent Bit retries a failed
+flush up to its Retry_Limit. Each test runs a real ``tracehound ingest`` process on a private
+redis-server of its own.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from shared.core import keys
+from shared.devtools.localstack import Proc, start_ingest, start_redis
+
+pytestmark = pytest.mark.integration
+
+TRACE = (
+    "Traceback (most recent call last):\n"
+    '  File "/srv/app/shop/pricing.py", line 12, in total\n'
+    "    return sum(items) / len(items)\n"
+    "ZeroDivisionError: division by zero"
+)
+
+
+class Sink:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.redis_proc, self.redis_url = start_redis(workdir, appendonly=True)
+        self.port = int(self.redis_url.rsplit(":", 1)[1].split("/")[0])
+        env = {
+            "TRACEHOUND_REDIS_URL": self.redis_url,
+            "TRACEHOUND_INGEST_MAX_RECORDS": "1000",
+            "TRACEHOUND_INGEST_READ_TIMEOUT": "1",
+        }
+        self.ingest, self.url = start_ingest(workdir, env, "--service", "shop-api")
+        self.client = redis.Redis.from_url(self.redis_url)
+
+    def post(self, body: bytes | str, **headers: str) -> httpx.Response:
+        data = body.encode() if isinstance(body, str) else body
+        return httpx.post(f"{self.url}/v1/events", content=data, headers=headers, timeout=60)
+
+    def total(self) -> int:
+        """Occurrences counted over every group."""
+        return sum(
+            int(self.client.hget(k, "total") or 0)
+            for k in self.client.scan_iter(match=keys.GROUP_PATTERN)
+            if k.count(b":") == 3
+        )
+
+    def close(self) -> None:
+        self.ingest.stop()
+        self.client.close()
+        self.redis_proc.stop()
+
+
+@pytest.fixture
+def sink(tmp_path: Path) -> Iterator[Sink]:
+    s = Sink(tmp_path)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def ndjson(n: int, start: int = 0) -> str:
+    return "\n".join(
+        json.dumps({"level": "error", "message": f"payment {i} failed", "stack": TRACE})
+        for i in range(start, start + n)
+    )
+
+
+def test_a_retried_batch_counts_nothing_twice(sink: Sink) -> None:
+    body = ndjson(50)
+    first = sink.post(body)
+    again = sink.post(body)  # the shipper did not see the first reply and sends it again
+    assert first.status_code == again.status_code == 202
+    assert first.json()["accepted"] == again.json()["accepted"]
+    assert all(g["duplicate"] for g in again.json()["groups"])
+    assert sink.total() == 50
+    assert sink.client.llen("embed") == 1  # one error group, analysed once
+
+
+def test_the_same_record_twice_in_one_batch_is_two_occurrences(sink: Sink) -> None:
+    line = json.dumps({"level": "error", "message": "payment failed", "stack": TRACE})
+    assert sink.post(f"{line}\n{line}").status_code == 202
+    assert sink.total() == 2
+
+
+def test_redis_down_is_a_503_with_retry_after_and_the_retry_counts_once(sink: Sink) -> None:
+    assert sink.post(ndjson(10)).status_code == 202
+    sink.redis_proc.stop()
+    down = sink.post(ndjson(20, start=10))
+    assert down.status_code == 503
+    assert int(down.headers["Retry-After"]) > 0
+    assert "Redis" in down.json()["error"]
+    sink.redis_proc, _ = start_redis(sink.workdir, port=sink.port, appendonly=True)
+    deadline = time.monotonic() + 30
+    while (retried := sink.post(ndjson(20, start=10))).status_code == 503:
+        assert time.monotonic() < deadline, retried.text
+        time.sleep(0.5)
+    assert retried.status_code == 202
+    assert sink.post(ndjson(20, start=10)).status_code == 202  # and once more, as shippers do
+    assert sink.total() == 30
+
+
+def test_every_member_of_a_concatenated_gzip_body_is_read(sink: Sink) -> None:
+    body = gzip.compress((ndjson(3) + "\n").encode()) + gzip.compress(ndjson(2, start=3).encode())
+    r = sink.post(body, **{"Content-Encoding": "gzip"})
+    assert r.status_code == 202 and len(r.json()["accepted"]) == 5
+
+
+def test_a_truncated_gzip_body_is_a_400(sink: Sink) -> None:
+    body = gzip.compress(ndjson(3).encode())[:-12]
+    r = sink.post(body, **{"Content-Encoding": "gzip"})
+    assert r.status_code == 400 and "gzip" in r.json()["error"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["[" * 100_000 + "]" * 100_000, '{"a": ' * 100 + "1" + "}" * 100],
+    ids=["array-100k-deep", "object-100-deep"],
+)
+def test_deeply_nested_json_is_a_400_not_a_crash(sink: Sink, body: str) -> None:
+    r = sink.post(body)
+    assert r.status_code == 400 and "nested" in r.json()["error"]
+    assert sink.post(ndjson(1)).status_code == 202  # and the server is fine
+
+
+@pytest.mark.parametrize("shape", ["ndjson", "array"])
+def test_more_records_than_the_limit_is_a_413_and_nothing_is_counted(
+    sink: Sink, shape: str
+) -> None:
+    records = [{"level": "error", "message": "x"}] * 1001
+    body = "\n".join(json.dumps(r) for r in records) if shape == "ndjson" else json.dumps(records)
+    r = sink.post(body)
+    assert r.status_code == 413 and "1000" in r.json()["error"]
+    assert sink.total() == 0
+
+
+def test_the_reply_lists_at_most_a_hundred_rejections_and_counts_them_all(sink: Sink) -> None:
+    r = sink.post("\n".join(["5"] * 300 + [ndjson(1)]))
+    assert r.status_code == 202
+    body = r.json()
+    assert len(body["rejected"]) == 100 and body["rejected_count"] == 300
+    assert len(body["accepted"]) == 1
+
+
+def test_a_body_that_trickles_in_is_cut_off(sink: Sink) -> None:
+    def slow() -> Iterator[bytes]:
+        yield b'{"level": "error", '
+        time.sleep(3)
+        yield b'"message": "x"}'
+
+    r = httpx.post(f"{sink.url}/v1/events", content=slow(), timeout=30)
+    assert r.status_code == 408
+
+
+def _rss_kb(proc: Proc) -> int:
+    for line in Path(f"/proc/{proc.popen.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_hostile_bodies_within_the_limits_keep_memory_bounded(sink: Sink) -> None:
+    sink.post("[" + ",".join(["{}"] * 1001) + "]")  # past the record limit: refused early
+    sink.post("\n".join(["{}"] * 1000))  # at the limit: 1000 rejections, 100 listed
+    sink.post(gzip.compress(b"x" * 9_000_000), **{"Content-Encoding": "gzip"})
+    assert _rss_kb(sink.ingest) < 200_000
