@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, BinaryIO
 
 import typer
 from pydantic import ValidationError
@@ -181,6 +182,27 @@ def index(
         raise typer.Exit(1)
 
 
+def read_bounded(f: BinaryIO, limit: int) -> bytes:
+    """All of ``f`` up to ``limit`` bytes; past that its head and its tail (where a trace's
+    exception is) around a marker, read in bounded memory whatever the input's size."""
+    data = f.read(limit + 1)
+    if len(data) <= limit:
+        return data
+    head, tail = data[: limit // 4], collections.deque([data[limit // 4 :]])
+    kept, skipped = len(tail[0]), 0
+    keep = limit - len(head)
+    while chunk := f.read(1 << 20):
+        tail.append(chunk)
+        kept += len(chunk)
+        while kept - len(tail[0]) >= keep:
+            skipped += len(tail[0])
+            kept -= len(tail.popleft())
+    end = b"".join(tail)
+    skipped += max(0, len(end) - keep)
+    marker = f"\n…[{skipped} bytes not read by tracehound]…\n".encode()
+    return head + marker + end[-keep:]
+
+
 @cli.command()
 def analyze(
     source: Annotated[
@@ -199,7 +221,11 @@ def analyze(
 
     settings = load_settings()
     try:
-        raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+        if source == "-":
+            raw = read_bounded(sys.stdin.buffer, settings.ingest_max_body_bytes)
+        else:
+            with open(source, "rb") as f:
+                raw = read_bounded(f, settings.ingest_max_body_bytes)
     except OSError as exc:
         err.print(f"[red]error:[/red] cannot read {source}: {exc.strerror}")
         raise typer.Exit(2) from exc
@@ -214,6 +240,9 @@ def analyze(
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
     submitted = intake_for(settings, sender_app(settings)).submit(event)
+    if submitted.duplicate and submitted.result is None:
+        err.print(f"event {event.id} was counted before (same id): nothing added", highlight=False)
+        return
     if submitted.result is None:
         err.print(
             f"event {event.id} is occurrence {submitted.count} of group "

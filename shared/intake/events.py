@@ -345,11 +345,23 @@ def from_input(
     return from_text(data, origin=origin, service=service, repo=repo, max_bytes=max_bytes)
 
 
+def _unprintable(text: str) -> float:
+    """The share of characters that are neither printable nor whitespace (U+FFFD, the
+    replacement of undecodable bytes, counts as unprintable)."""
+    if not text:
+        return 0.0
+    bad = sum(1 for c in text if c == "\ufffd" or not (c.isprintable() or c.isspace()))
+    return bad / len(text)
+
+
 def parse_event(
     data: str, *, service: str | None, repo: str | None, max_bytes: int = 64_000
 ) -> ErrorEvent:
     """What ``tracehound analyze`` accepts (a JSON event, or trace or log text) as an event;
-    input that is not an error is refused with the reason."""
+    input that is not an error, or is not text, is refused with the reason."""
+    sample = data[:8192]
+    if "\x00" in sample or _unprintable(sample) > 0.3:
+        raise PermanentError("binary input (NUL bytes or mostly non-text): not an error report")
     found = from_input(data, origin="sent", service=service, repo=repo, max_bytes=max_bytes)
     if isinstance(found, Ignored):
         raise PermanentError(f"nothing to analyze: {found.reason}")

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -79,6 +80,42 @@ def test_index_of_a_missing_path_exits_2_with_a_clear_error(stack: LocalStack) -
 def test_analyze_of_text_without_service_exits_2(stack: LocalStack) -> None:
     done = run_cli(["analyze", "-"], stack.env, stdin="Traceback ...\nValueError: x")
     assert done.returncode == 2 and "--service" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [(b"", "empty input"), (b" \n\n", "empty input"), (bytes(range(256)) * 4096, "binary input")],
+    ids=["empty", "blank", "random-bytes"],
+)
+def test_analyze_refuses_what_is_not_an_error_report(
+    stack: LocalStack, tmp_path: Path, content: bytes, said: str
+) -> None:
+    path = tmp_path / "input"
+    path.write_bytes(content)
+    done = run_cli(["analyze", str(path), "--service", "shop-api"], stack.env)
+    assert done.returncode == 2 and said in done.stderr
+
+
+def test_analyze_reads_a_100_mb_file_in_bounded_memory(stack: LocalStack, tmp_path: Path) -> None:
+    path = tmp_path / "huge.log"
+    filler = b"2026-11-30 10:00:00,000 INFO [shop] served request in 12 ms\n"
+    with open(path, "wb") as f:
+        for _ in range(100_000_000 // (len(filler) * 10_000) + 1):
+            f.write(filler * 10_000)
+        f.write(b"Traceback (most recent call last):\n")
+        f.write(b'  File "/srv/app/shopapp/services/pricing.py", line 91, in allocate\n')
+        f.write(b"ZeroDivisionError: division by zero\n")
+    assert path.stat().st_size > 100_000_000
+    proc = subprocess.Popen(
+        [TRACEHOUND, "analyze", str(path), "--service", f"big-{uuid.uuid4().hex[:6]}"],
+        env={**os.environ, **stack.env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak memory
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0
+    assert usage.ru_maxrss < 200_000  # kB: it did not read 100 MB into memory
 
 
 def test_config_prints_settings_with_secrets_masked(stack: LocalStack) -> None:
