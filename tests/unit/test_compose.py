@@ -66,3 +66,13 @@ def test_producers_run_under_an_opt_in_profile_with_checkpoints_on_a_volume(
         assert services[name]["profiles"] == ["producers"]
     assert option(services["ingest"]["command"], "--host") == "0.0.0.0"
     assert "tracehound-data:/var/lib/tracehound" in services["tailer"]["volumes"]  # checkpoints
+
+
+def test_the_chroma_server_runs_from_the_workers_own_chromadb(services: dict[str, Any]) -> None:
+    """A pinned chromadb/chroma image drifted from the chromadb pyproject admits (1.0.15 vs
+    1.5.9): the server now runs `chroma run` from the tracehound image, the same install."""
+    chroma, worker = services["chroma"], services["worker-llm"]
+    assert chroma["image"] == worker["image"] and chroma["build"] == worker["build"]
+    assert chroma["command"][:2] == ["chroma", "run"]
+    assert option(chroma["command"], "--path") == "/data"
+    assert any(v == "chroma-data:/data" for v in chroma["volumes"])
