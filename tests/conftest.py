@@ -88,6 +88,8 @@ def stack(
         # Count updates and thread replies once a second, so grouping tests see them quickly.
         "TRACEHOUND_GROUP_UPDATE_INTERVAL": "1",
         "TRACEHOUND_SLACK_THREAD_ONLY": "true",
+        # A killed worker's tasks come back after this (production: 60 s); live workers renew.
+        "TRACEHOUND_REDELIVERY_AFTER": "20",
     }
     s = LocalStack(workdir, env)
     try:

@@ -8,12 +8,14 @@ from celery import Celery
 from celery.signals import worker_init
 
 from shared.core import queues
-from workers import context, metrics  # metrics connects its signal handlers on import
+from workers import context, heartbeat, metrics  # metrics connects its signal handlers
 
 app = Celery(
     "tracehound",
     include=["workers.tasks.analysis", "workers.tasks.delivery", "workers.tasks.indexing"],
 )
+# Renews the messages this worker holds, so only a dead worker's come back (and soon).
+app.steps["consumer"].add(heartbeat.VisibilityHeartbeat)
 
 
 @app.on_configure.connect
@@ -21,7 +23,10 @@ def _configure(sender: Celery, **_: Any) -> None:
     s = context.settings()
     sender.config_from_object(
         queues.celery_config(
-            s.redis_url, max_retries=s.stage_max_retries, backoff_max=s.retry_backoff_max
+            s.redis_url,
+            max_retries=s.stage_max_retries,
+            backoff_max=s.retry_backoff_max,
+            redelivery_after=s.redelivery_after,
         )
     )
 

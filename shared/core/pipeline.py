@@ -40,6 +40,7 @@ def sender_app(settings: Settings) -> Celery:
             settings.redis_url,
             max_retries=settings.stage_max_retries,
             backoff_max=settings.retry_backoff_max,
+            redelivery_after=settings.redelivery_after,
         )
     )
     return app

@@ -44,8 +44,7 @@ ROUTES: dict[str, str] = {
 # (an error's query embedding) before 9, so a re-index never delays an analysis.
 BULK_PRIORITY = 9
 
-# Time limits per task (seconds), next to the routing because the Redis visibility timeout is
-# derived from them: a message must not be redelivered while its task may still be running.
+# Time limits per task (seconds), next to the routing that names the tasks.
 TIME_LIMITS: dict[str, int] = {
     EMBED_QUERY: 120,
     RETRIEVE: 120,
@@ -73,15 +72,24 @@ def depth(r: Any, queue: str) -> int:
     return int(sum(pipe.execute()))
 
 
-def visibility_timeout(max_retries: int, backoff_max: int) -> int:
-    """Above the longest task with all its retries, with a margin."""
-    longest = max(TIME_LIMITS.values())
-    return int((longest + backoff_max) * (max_retries + 1) * 1.5)
+RESTORE_SWEEP_S = 5  # how often a worker looks for messages whose holder stopped renewing them
 
 
-def celery_config(redis_url: str, *, max_retries: int, backoff_max: int) -> dict[str, Any]:
-    """Celery settings shared by the worker app and the producers' sending app."""
-    transport = {"visibility_timeout": visibility_timeout(max_retries, backoff_max)}
+def celery_config(
+    redis_url: str, *, max_retries: int, backoff_max: int, redelivery_after: int = 60
+) -> dict[str, Any]:
+    """Celery settings shared by the worker app and the producers' sending app.
+
+    ``redelivery_after`` is the Redis transport's visibility timeout: a message held (running,
+    or waiting for its countdown) by a worker that stopped renewing it is handed out again that
+    long after the last renewal. Live workers renew theirs (workers/heartbeat.py), so the
+    timeout no longer has to outlast the longest task with all its retries (96 minutes did).
+    """
+    transport = {
+        "visibility_timeout": redelivery_after,
+        "unacked_restore_interval": RESTORE_SWEEP_S,
+        "unacked_restore_throttle": 1,
+    }
     return {
         "broker_url": redis_url,
         "result_backend": redis_url,

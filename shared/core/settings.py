@@ -94,6 +94,12 @@ class Settings(BaseSettings):
     chroma_timeout: float = 30.0
     slack_timeout: float = 30.0
     stage_max_retries: int = Field(3, ge=0, description="Retries of a transient stage failure.")
+    redelivery_after: int = Field(
+        60,
+        ge=10,
+        description="Seconds after which a task held by a worker that died is handed out again "
+        "(live workers renew what they hold every quarter of it).",
+    )
     retry_backoff_max: int = Field(60, ge=1, description="Cap of the exponential retry delay.")
 
     # --- model hosts: one model active per machine, under a Redis lease ---

@@ -58,3 +58,58 @@ def test_llm_worker_child_killed_mid_analysis_the_task_runs_again(
     assert len(ollama_sim.requests_to("/api/chat")) >= 2  # the analysis ran again
     assert not notification["analysis"]["degraded"]
     assert [v["queue"] for v in notification["trail"]][-2:] == ["llm", "notify"]
+
+
+def analysis_in_flight(sender: Any, ollama_sim: OllamaSimulator, repo: str) -> Any:
+    event = parse_event((DATA / "sample-error.txt").read_text(), service="shop-api", repo=repo)
+    result = enqueue_error(sender, event)
+    deadline = time.monotonic() + 60
+    while not ollama_sim.requests_to("/api/chat") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ollama_sim.requests_to("/api/chat"), "analysis never reached the model"
+    return result
+
+
+def test_a_whole_worker_killed_mid_task_is_replaced_and_the_task_finishes_soon(
+    stack: LocalStack, sender: Any, settings: Settings, ollama_sim: OllamaSimulator
+) -> None:
+    """kill -9 of the worker process itself (its machine lost, an OOM kill of the group): its
+    in-flight message comes back within the redelivery bound of a replacement starting."""
+    index_repository(
+        sender, SAMPLE_SERVICE, "sample-kill", max_bytes=settings.max_file_bytes, timeout=120
+    )
+    llm = next(p for p in stack.procs if p.name == "worker-llm" and p.alive())
+    ollama_sim.clear_log()
+    ollama_sim.configure(latency={"chat": 6.0})
+    try:
+        result = analysis_in_flight(sender, ollama_sim, "sample-kill")
+        os.killpg(llm.popen.pid, signal.SIGKILL)  # the main process and its pool child
+        llm.popen.wait(10)
+        started = time.monotonic()
+        stack.start_workers({"worker-llm": (["llm"], 1)})
+        notification = result.get(timeout=settings.redelivery_after + 60)
+        recovered = time.monotonic() - started
+    finally:
+        ollama_sim.configure(latency={})
+    # The message is handed out again at most redelivery_after after its last renewal, swept
+    # within 5 s, then analysed (6 s of simulated model time) and posted.
+    assert recovered < settings.redelivery_after + 5 + 6 + 15, recovered
+    assert not notification["analysis"]["degraded"]
+    assert len(ollama_sim.requests_to("/api/chat")) >= 2  # the analysis ran again
+
+
+def test_a_task_longer_than_the_redelivery_bound_is_not_handed_out_twice(
+    stack: LocalStack, sender: Any, settings: Settings, ollama_sim: OllamaSimulator
+) -> None:
+    index_repository(
+        sender, SAMPLE_SERVICE, "sample-long", max_bytes=settings.max_file_bytes, timeout=120
+    )
+    ollama_sim.clear_log()
+    ollama_sim.configure(latency={"chat": settings.redelivery_after + 10.0})
+    try:
+        result = analysis_in_flight(sender, ollama_sim, "sample-long")
+        notification = result.get(timeout=settings.redelivery_after + 60)
+    finally:
+        ollama_sim.configure(latency={})
+    assert not notification["analysis"]["degraded"]
+    assert len(ollama_sim.requests_to("/api/chat")) == 1  # renewed while running: never redone
