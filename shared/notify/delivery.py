@@ -5,7 +5,10 @@ The notify tasks (workers/tasks/delivery.py) only unpack and call these function
 - ``deliver``: claim the group window (SET NX), build the message, take the channel's posting
   slot, post (or reply in the first message's thread when ``thread_only`` and the group
   recurs after its window), keep a refused message in the console file, record the message
-  so repeats can update its count, and record the result under the claim.
+  so repeats can update its count, and record the result under the claim. The post carries
+  the claim in its Slack metadata: a run that finds the claim taken by a poster that crashed,
+  or whose post timed out, looks for that message in the channel before posting again, so a
+  crash between Slack accepting a post and tracehound recording it never posts twice.
 - ``update_counts``: rewrite the count on a group's message, and at most one "still
   happening" thread reply per interval.
 - ``post_reply``: one thread reply, once per key.
@@ -42,7 +45,16 @@ from shared.notify.notifiers import Delivery, Notifier
 log = logging.getLogger(__name__)
 
 NOTIFIED_TTL = 7 * 24 * 3600  # how long a sent message's record answers a redelivered task
-PENDING = b"pending"
+POSTING = "posting:"  # the claim's value while a post is under way: "posting:<ms Redis time>"
+
+# Swap the claim from the value a run found to its own, only if nobody else did meanwhile.
+_TAKE_OVER = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+  return 1
+end
+return 0
+"""
 
 
 class Paced(Exception):
@@ -82,6 +94,9 @@ class Courier:
     reply_later: Callable[[str, str, str], object]  # (thread_ts, text, key) -> enqueued
     on_fallback: Callable[[str], None] = field(default=lambda stage: None)
 
+    def __post_init__(self) -> None:
+        self.take_over = self.r.register_script(_TAKE_OVER)
+
 
 # --- pure decisions ---------------------------------------------------------------------------
 
@@ -119,16 +134,36 @@ def still_happening(count: int) -> str:
 # --- Redis-backed steps -----------------------------------------------------------------------
 
 
-def claim(r: redis.Redis, guard: str, ttl_s: int) -> dict[str, Any] | None:
-    """Claim a delivery before posting: None when claimed; the earlier result when it was
-    delivered already; ``ClaimHeld`` while another run is posting it."""
+@dataclass(frozen=True)
+class Claimed:
+    """This run may post (the claim is its own)."""
+
+
+@dataclass(frozen=True)
+class Posting:
+    """Another run claimed the delivery at ``since_ms`` and has not recorded a result."""
+
+    value: str
+    since_ms: int
+
+
+def claim(c: Courier, guard: str) -> Claimed | Posting | dict[str, Any]:
+    """Claim a delivery before posting: ``Claimed``; the earlier result when it was delivered
+    already; ``Posting`` while another run's post is unresolved."""
     key = keys.notified(guard)
-    if r.set(key, PENDING, nx=True, ex=ttl_s):
-        return None
-    sent = r.get(key)
-    if sent and sent != PENDING:
-        return dict(json.loads(sent))
-    raise ClaimHeld(guard)
+    if c.r.set(key, f"{POSTING}{c.groups.now_ms()}", nx=True, ex=NOTIFIED_TTL):
+        return Claimed()
+    raw = c.r.get(key)
+    value = raw.decode() if isinstance(raw, bytes) else str(raw or "")
+    if value.startswith(POSTING):
+        return Posting(value, int(value[len(POSTING) :] or 0))
+    if not value:  # released between the two calls: try again shortly
+        raise ClaimHeld(guard)
+    return dict(json.loads(value))
+
+
+def _release(c: Courier, guard: str) -> None:
+    c.r.delete(keys.notified(guard))
 
 
 def take_slot(r: redis.Redis, channel: str, pace_s: float) -> None:
@@ -152,9 +187,9 @@ def deliver(inv: Investigation, c: Courier) -> Notification:
     """Post the investigation's message once per group and window (see the module doc)."""
     p = c.policy
     guard = claim_id(inv)
-    earlier = claim(c.r, guard, p.claim_ttl_s)
-    if earlier is not None:
-        return Notification.model_validate(earlier)
+    claimed = claim(c, guard)
+    if isinstance(claimed, dict):
+        return Notification.model_validate(claimed)
     group = inv.group
     state = c.groups.state(group.fingerprint) if group else None
     in_thread_of = thread_target(group, state, p.thread_only)
@@ -165,15 +200,55 @@ def deliver(inv: Investigation, c: Courier) -> Notification:
         trace_in_thread=c.notifier.destination == "slack" and bool(inv.event.stacktrace.strip()),
     )
     text, blocks = build_message(inv, options)
-    try:
-        take_slot(c.r, p.channel, p.pace_s)
-        delivery = c.notifier.send(text, blocks, thread_ts=in_thread_of)
-    except PermanentError as exc:
-        delivery = _keep_refused(inv, text, blocks, str(exc), c)
-    except BaseException:
-        c.r.delete(keys.notified(guard))  # paced, Slack down, or a crash: the next run posts
-        raise
-    if options.trace_in_thread and delivery.ts and delivery.destination == "slack":
+    delivery = None
+    if isinstance(claimed, Posting):
+        # A run claimed this and never recorded a result: it crashed, or its post timed out.
+        delivery = c.notifier.find(guard, thread_ts=in_thread_of)
+        if delivery is None:
+            _take_over_if_stale(c, guard, claimed)
+    if delivery is None:
+        try:
+            take_slot(c.r, p.channel, p.pace_s)
+        except Paced:
+            _release(c, guard)  # nothing was sent
+            raise
+        try:
+            delivery = c.notifier.send(text, blocks, thread_ts=in_thread_of, claim=guard)
+        except PermanentError as exc:
+            delivery = _keep_refused(inv, text, blocks, str(exc), c)
+        except TransientError as exc:
+            if not exc.maybe_done:
+                _release(c, guard)  # Slack answered with an error: it did not post
+            raise  # else the claim stays: the next run looks for the post before posting
+    return _record(inv, c, guard, delivery, text, blocks, trace=options.trace_in_thread,
+                   in_thread_of=in_thread_of)  # fmt: skip
+
+
+def _take_over_if_stale(c: Courier, guard: str, posting: Posting) -> None:
+    """Post in place of a run that claimed the delivery long enough ago to be over (its task's
+    time limit has passed); else wait for it."""
+    if c.groups.now_ms() - posting.since_ms < c.policy.claim_ttl_s * 1000:
+        raise ClaimHeld(guard)
+    mine = f"{POSTING}{c.groups.now_ms()}"
+    if not c.take_over(keys=[keys.notified(guard)], args=[posting.value, mine, NOTIFIED_TTL]):
+        raise ClaimHeld(guard)  # another run took it over first
+
+
+def _record(
+    inv: Investigation,
+    c: Courier,
+    guard: str,
+    delivery: Delivery,
+    text: str,
+    blocks: list[dict[str, Any]],
+    *,
+    trace: bool,
+    in_thread_of: str | None,
+) -> Notification:
+    """What was posted: the trace's thread reply, the group's message for count updates, and
+    the result under the claim, which answers every later run."""
+    group = inv.group
+    if trace and delivery.ts and delivery.destination == "slack":
         c.reply_later(delivery.ts, trace_reply(inv), f"{delivery.ts}:trace")
     if group and delivery.ts and in_thread_of is None:
         c.groups.set_message(

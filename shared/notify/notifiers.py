@@ -12,6 +12,8 @@ from typing import Any, Protocol, TextIO
 
 from shared.core.errors import PermanentError, TransientError
 
+METADATA_EVENT = "tracehound_alert"  # Slack message metadata: which delivery posted it
+
 
 @dataclass(frozen=True)
 class Delivery:
@@ -24,11 +26,21 @@ class Notifier(Protocol):
     destination: str
 
     def send(
-        self, text: str, blocks: list[dict[str, Any]], *, thread_ts: str | None = None
-    ) -> Delivery: ...
+        self,
+        text: str,
+        blocks: list[dict[str, Any]],
+        *,
+        thread_ts: str | None = None,
+        claim: str | None = None,
+    ) -> Delivery:
+        """Post; ``claim`` marks the message (Slack message metadata) so ``find`` can tell
+        later whether a post whose answer was lost reached the channel."""
 
     def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
         """Rewrite a message already sent (a no-op where the destination cannot)."""
+
+    def find(self, claim: str, *, thread_ts: str | None = None) -> Delivery | None:
+        """The message posted earlier with ``claim``, if the destination can say (else None)."""
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -79,12 +91,21 @@ class SlackBotNotifier:
                 f"slack {method}", r.status_code, str(r.get("error", "")), r.headers
             ) from exc
         except (SlackClientError, OSError) as exc:
-            raise TransientError(f"slack {method}: {exc}") from exc
+            # No answer: Slack may still have done it (a post that timed out can be in the
+            # channel).
+            raise TransientError(f"slack {method}: {exc}", maybe_done=True) from exc
 
     def send(
-        self, text: str, blocks: list[dict[str, Any]], *, thread_ts: str | None = None
+        self,
+        text: str,
+        blocks: list[dict[str, Any]],
+        *,
+        thread_ts: str | None = None,
+        claim: str | None = None,
     ) -> Delivery:
-        extra = {"thread_ts": thread_ts} if thread_ts else {}
+        extra: dict[str, Any] = {"thread_ts": thread_ts} if thread_ts else {}
+        if claim:
+            extra["metadata"] = {"event_type": METADATA_EVENT, "event_payload": {"claim": claim}}
         resp = self._call(
             "chat.postMessage",
             channel=self.channel,
@@ -98,6 +119,27 @@ class SlackBotNotifier:
 
     def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
         self._call("chat.update", channel=channel, ts=ts, text=text, blocks=blocks)
+
+    def find(self, claim: str, *, thread_ts: str | None = None) -> Delivery | None:
+        """The channel's recent messages (or the thread's) carrying ``claim`` in metadata."""
+        if thread_ts:
+            resp = self._call(
+                "conversations.replies",
+                channel=self.channel,
+                ts=thread_ts,
+                include_all_metadata=True,
+                limit=200,
+            )
+        else:
+            resp = self._call(
+                "conversations.history", channel=self.channel, include_all_metadata=True, limit=200
+            )
+        for message in resp.get("messages") or []:
+            metadata = message.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            if metadata.get("event_type") == METADATA_EVENT and payload.get("claim") == claim:
+                return Delivery("slack", channel=self.channel, ts=message.get("ts"))
+        return None
 
 
 class SlackWebhookNotifier:
@@ -113,8 +155,16 @@ class SlackWebhookNotifier:
     def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
         return None  # a webhook message cannot be edited; the next window posts the count
 
+    def find(self, claim: str, *, thread_ts: str | None = None) -> Delivery | None:
+        return None  # a webhook cannot read its channel back
+
     def send(
-        self, text: str, blocks: list[dict[str, Any]], *, thread_ts: str | None = None
+        self,
+        text: str,
+        blocks: list[dict[str, Any]],
+        *,
+        thread_ts: str | None = None,
+        claim: str | None = None,
     ) -> Delivery:
         if thread_ts:
             return Delivery("slack-webhook")  # webhooks cannot reply in threads
@@ -174,7 +224,12 @@ class ConsoleNotifier:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
 
     def send(
-        self, text: str, blocks: list[dict[str, Any]], *, thread_ts: str | None = None
+        self,
+        text: str,
+        blocks: list[dict[str, Any]],
+        *,
+        thread_ts: str | None = None,
+        claim: str | None = None,
     ) -> Delivery:
         ts = f"{datetime.now(UTC).timestamp():.6f}"
         record = {
@@ -183,10 +238,28 @@ class ConsoleNotifier:
             "thread_ts": thread_ts,
             "text": text,
             "blocks": blocks,
+            "claim": claim,
         }
         shown = render_console(blocks) if blocks else plain(text) + "\n"
         self._write(record, ("  ↳ " if thread_ts else "") + shown)
         return Delivery("console", channel=str(self.path), ts=ts)
+
+    def find(self, claim: str, *, thread_ts: str | None = None) -> Delivery | None:
+        """A message written with ``claim`` among the file's last megabyte."""
+        try:
+            with self.path.open("rb") as f:
+                f.seek(max(0, self.path.stat().st_size - (1 << 20)))
+                tail = f.read().decode("utf-8", errors="replace").splitlines()
+        except OSError:
+            return None
+        for line in reversed(tail):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("claim") == claim:
+                return Delivery("console", channel=str(self.path), ts=record.get("ts"))
+        return None
 
     def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
         record = {

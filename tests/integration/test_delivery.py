@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from shared.notify.delivery import (
     DeliveryPolicy,
     MessageNotOut,
     Paced,
+    claim_id,
     deliver,
     post_reply,
     update_counts,
@@ -98,10 +100,54 @@ def test_a_run_that_finds_the_claim_pending_waits_instead_of_posting(
     yard: Courtyard, slack: SlackSimulator, fresh_redis: redis.Redis
 ) -> None:
     inv = yard.investigation()
-    fresh_redis.set(f"th:notified:{inv.group.fingerprint}:{inv.group.window_start}", "pending")
+    now = yard.groups.now_ms()
+    fresh_redis.set(f"th:notified:{claim_id(inv)}", f"posting:{now}")
     with pytest.raises(ClaimHeld):
         deliver(inv, yard.courier)
     assert top_level(slack) == []
+
+
+def test_a_crash_after_slack_took_the_post_finds_it_instead_of_posting_again(
+    yard: Courtyard, slack: SlackSimulator, fresh_redis: redis.Redis
+) -> None:
+    inv = yard.investigation()
+    first = deliver(inv, yard.courier)
+    # The worker died after Slack accepted the post and before recording it: only the claim
+    # ("posting") is left, and the message in the channel carries the claim in its metadata.
+    fresh_redis.set(f"th:notified:{claim_id(inv)}", f"posting:{yard.groups.now_ms()}")
+    again = deliver(inv, yard.courier)
+    assert len(top_level(slack)) == 1
+    assert again.ts == first.ts
+
+
+def test_a_stale_claim_with_nothing_in_the_channel_is_taken_over_and_posted_once(
+    yard: Courtyard, slack: SlackSimulator, fresh_redis: redis.Redis
+) -> None:
+    inv = yard.investigation()
+    long_ago = yard.groups.now_ms() - (yard.courier.policy.claim_ttl_s + 5) * 1000
+    fresh_redis.set(f"th:notified:{claim_id(inv)}", f"posting:{long_ago}")
+    deliver(inv, yard.courier)  # the crashed run never reached Slack: post now
+    deliver(inv, yard.courier)
+    assert len(top_level(slack)) == 1
+
+
+def test_a_timed_out_post_keeps_its_claim_and_the_retry_finds_the_post(
+    yard: Courtyard, slack: SlackSimulator, fresh_redis: redis.Redis
+) -> None:
+    inv = yard.investigation()
+    slack.configure(latency=2.0)  # longer than the notifier's timeout below
+    yard.courier.notifier = SlackBotNotifier(
+        "xoxb-test", CHANNEL, base_url=slack.url + "/api/", timeout=1
+    )
+    try:
+        with pytest.raises(TransientError):
+            deliver(inv, yard.courier)
+        assert fresh_redis.get(f"th:notified:{claim_id(inv)}").startswith(b"posting:")  # type: ignore[union-attr]
+    finally:
+        slack.configure(latency=0)
+    time.sleep(1.5)  # Slack finishes the post it was given
+    deliver(inv, yard.courier)
+    assert len(top_level(slack)) == 1
 
 
 def test_a_paced_channel_sends_the_task_back_and_frees_the_claim_for_its_rerun(

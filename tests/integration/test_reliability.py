@@ -14,6 +14,7 @@ from shared.core.pipeline import enqueue_error
 from shared.core.settings import Settings
 from shared.devtools.localstack import LocalStack
 from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
 from tests.conftest import DATA, SAMPLE_SERVICE
@@ -86,7 +87,7 @@ def test_a_whole_worker_killed_mid_task_is_replaced_and_the_task_finishes_soon(
         os.killpg(llm.popen.pid, signal.SIGKILL)  # the main process and its pool child
         llm.popen.wait(10)
         started = time.monotonic()
-        stack.start_workers({"worker-llm": (["llm"], 1)})
+        stack.start_workers({"llm": (["llm"], 1)})  # the same name: later tests find it
         notification = result.get(timeout=settings.redelivery_after + 60)
         recovered = time.monotonic() - started
     finally:
@@ -113,3 +114,38 @@ def test_a_task_longer_than_the_redelivery_bound_is_not_handed_out_twice(
         ollama_sim.configure(latency={})
     assert not notification["analysis"]["degraded"]
     assert len(ollama_sim.requests_to("/api/chat")) == 1  # renewed while running: never redone
+
+
+def test_a_worker_killed_while_slack_holds_its_post_does_not_post_twice(
+    stack: LocalStack, sender: Any, settings: Settings, slack_sim: SlackSimulator
+) -> None:
+    """The cpu worker's children are killed while Slack is still answering the post: the
+    redelivered notify finds the post in the channel (by its metadata) instead of posting."""
+    index_repository(
+        sender, SAMPLE_SERVICE, "sample-post", max_bytes=settings.max_file_bytes, timeout=120
+    )
+    cpu = next(p for p in stack.procs if p.name == "worker-cpu" and p.alive())
+    event = parse_event(
+        (DATA / "sample-error.txt").read_text(), service="shop-api", repo="sample-post"
+    )
+    slack_sim.configure(latency=4.0)
+    try:
+        result = enqueue_error(sender, event)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not [
+            r for r in slack_sim.requests_to("chat.postMessage") if event.id[:12] in str(r["body"])
+        ]:
+            time.sleep(0.05)
+        for child in pool_children(cpu.popen.pid):
+            os.kill(child, signal.SIGKILL)  # mid-post: Slack has the request, we lose the answer
+        notification = result.get(timeout=120)
+    finally:
+        slack_sim.configure(latency=0)
+    time.sleep(2)
+    posts = [
+        m
+        for m in slack_sim.messages
+        if not m.get("thread_ts") and event.id[:12] in str(m.get("blocks"))
+    ]
+    assert len(posts) == 1
+    assert notification["ts"] == posts[0]["ts"]

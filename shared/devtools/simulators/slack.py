@@ -7,6 +7,10 @@ uses, so ``WebClient(token="xoxb-...", base_url=sim.url + "/api/")`` and
 - ``POST /api/chat.postMessage``, ``/api/chat.update``, ``/api/auth.test`` (JSON or form-encoded
   bodies, JSON strings inside form fields such as ``blocks``, query parameters); other method
   names answer ``{"ok": false, "error": "unknown_method"}``.
+- ``/api/conversations.history`` (top-level messages, newest first, ``oldest``/``latest``/
+  ``limit``) and ``/api/conversations.replies`` (a thread, oldest first); a message's
+  ``metadata`` (``{event_type, event_payload}``, as posted) is returned with
+  ``include_all_metadata=true``.
 - Auth from ``Authorization: Bearer ...`` or a ``token`` field: a missing token gives
   ``not_authed``, an unaccepted one ``invalid_auth`` (HTTP 200, as Slack does).
 - Block Kit limits Slack enforces (50 blocks, 3000-char section text, 150-char header text,
@@ -381,6 +385,8 @@ class SlackSimulator(LoopbackSimulator):
             "chat.postMessage": self._post_message,
             "chat.update": self._update,
             "auth.test": self._auth_test,
+            "conversations.history": self._history,
+            "conversations.replies": self._replies,
         }
         handler = handlers.get(api_method)
         if handler is None:
@@ -523,6 +529,67 @@ class SlackSimulator(LoopbackSimulator):
             {"ok": True, "channel": channel, "ts": ts, "text": message["text"], "message": message},
             {},
         )
+
+    def _listed(self, message: dict[str, Any], with_metadata: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": "message",
+            "text": message["text"],
+            "ts": message["ts"],
+            "user": TEAM["user_id"],
+            "bot_id": TEAM["bot_id"],
+        }
+        if message["blocks"] is not None:
+            out["blocks"] = copy.deepcopy(message["blocks"])
+        if message["thread_ts"]:
+            out["thread_ts"] = message["thread_ts"]
+        metadata = message["extra"].get("metadata")
+        if with_metadata and isinstance(metadata, dict):
+            out["metadata"] = copy.deepcopy(metadata)
+        return out
+
+    def _in_channel(self, args: dict[str, Any]) -> tuple[list[dict[str, Any]], _Reply | None]:
+        channel = args.get("channel")
+        problem = self._channel_error(channel)
+        if problem is not None:
+            return [], problem
+        key = _strip_channel(str(channel))
+        with self._lock:
+            found = [
+                copy.deepcopy(m)
+                for m in self._messages
+                if m["via"] == "api" and _strip_channel(m["channel"] or "") == key
+            ]
+        return found, None
+
+    @staticmethod
+    def _flag(args: dict[str, Any], name: str) -> bool:
+        return str(args.get(name, "")).lower() in ("true", "1")
+
+    def _history(self, args: dict[str, Any]) -> _Reply:
+        found, problem = self._in_channel(args)
+        if problem is not None:
+            return problem
+        oldest = float(args.get("oldest") or 0)
+        latest = float(args.get("latest") or 1e12)
+        limit = int(args.get("limit") or 100)
+        top = [m for m in found if not m["thread_ts"] and oldest <= float(m["ts"]) <= latest]
+        top.sort(key=lambda m: float(m["ts"]), reverse=True)
+        meta = self._flag(args, "include_all_metadata")
+        messages = [self._listed(m, meta) for m in top[:limit]]
+        return _Reply(200, {"ok": True, "messages": messages, "has_more": len(top) > limit}, {})
+
+    def _replies(self, args: dict[str, Any]) -> _Reply:
+        found, problem = self._in_channel(args)
+        if problem is not None:
+            return problem
+        ts = str(args.get("ts") or "")
+        thread = [m for m in found if m["ts"] == ts or m["thread_ts"] == ts]
+        if not any(m["ts"] == ts for m in thread):
+            return _fail("thread_not_found")
+        thread.sort(key=lambda m: float(m["ts"]))
+        meta = self._flag(args, "include_all_metadata")
+        messages = [self._listed(m, meta) for m in thread]
+        return _Reply(200, {"ok": True, "messages": messages, "has_more": False}, {})
 
     def _auth_test(self, args: dict[str, Any]) -> _Reply:
         return _Reply(
