@@ -53,11 +53,15 @@ def status() -> None:
     import redis
     from rich.table import Table
 
+    from shared.core.persistence import persistence_warning
     from shared.core.pipeline import sender_app
     from shared.models.hosts import host_status, known_hosts
 
     settings = load_settings()
     r = redis.Redis.from_url(settings.redis_url)
+    warning = persistence_warning(r)
+    if warning:
+        err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     app = sender_app(settings)
     try:
         active = app.control.inspect(timeout=1.0).active_queues() or {}

@@ -35,6 +35,7 @@ from starlette.routing import Route
 
 from shared.core.domain import ErrorEvent
 from shared.core.errors import PermanentError
+from shared.core.persistence import persistence_warning
 from shared.core.settings import Settings
 from shared.intake.events import Ignored, from_record, from_text
 from shared.intake.submit import Intake, Submitted
@@ -355,9 +356,10 @@ def create_app(
     async def readyz(request: Request) -> JSONResponse:
         try:
             await run_in_threadpool(_ping, intake.app)
+            warning = await run_in_threadpool(persistence_warning, intake.groups.r)
         except Exception as exc:  # any failure to reach the broker means not ready
             return JSONResponse({"status": "unavailable", "redis": str(exc)}, status_code=503)
-        return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "ready", "warnings": [warning] if warning else []})
 
     return Starlette(
         routes=[

@@ -8,7 +8,7 @@ from celery import Celery
 from celery.signals import worker_init
 
 from shared.core import queues
-from workers import context, heartbeat, metrics  # metrics connects its signal handlers
+from workers import context, heartbeat, metrics, redis_restart  # metrics: signal handlers
 
 app = Celery(
     "tracehound",
@@ -36,6 +36,11 @@ def _serve_metrics(**_: Any) -> None:
     port = context.settings().metrics_port
     if port:
         metrics.serve(port, context.settings().data_dir)
+
+
+@worker_init.connect
+def _survive_redis_restarts(**_: Any) -> None:
+    redis_restart.apply()
 
 
 def task_options(name: str, *, retry_forever: bool = False) -> dict[str, Any]:

@@ -245,9 +245,10 @@ class LocalStack:
     procs: list[Proc] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     metrics_ports: dict[str, int] = field(default_factory=dict)
+    appendonly: bool = False  # production's setting (compose); the demo keeps nothing on disk
 
     def start_services(self) -> None:
-        redis_proc, redis_url = start_redis(self.workdir)
+        redis_proc, redis_url = start_redis(self.workdir, appendonly=self.appendonly)
         self.procs.append(redis_proc)
         chroma_proc, chroma_url = start_chroma(self.workdir)
         self.procs.append(chroma_proc)

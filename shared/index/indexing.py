@@ -21,6 +21,8 @@ class FilePlan:
     chunk_ids: list[str]
     missing: list[Chunk] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)
+    # In Chroma but not in the keyword corpus (Redis lost it): stored again, not re-embedded.
+    refill: list[Chunk] = field(default_factory=list)
 
 
 def plan_file(
@@ -42,13 +44,15 @@ def plan_file(
         max_chars=settings.chunk_max_chars,
     )
     ids = [c.id for c in chunks]
-    present = vectors.existing_ids(repo, ids) & corpus.existing_ids(repo, ids)
+    in_vectors = vectors.existing_ids(repo, ids)
+    in_corpus = corpus.existing_ids(repo, ids)
     previous = set(corpus.file_ids(repo, path))
     return FilePlan(
         path=path,
         chunk_ids=ids,
-        missing=[c for c in chunks if c.id not in present],
+        missing=[c for c in chunks if c.id not in in_vectors],
         stale=sorted(previous - set(ids)),
+        refill=[c for c in chunks if c.id in in_vectors and c.id not in in_corpus],
     )
 
 

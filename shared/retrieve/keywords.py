@@ -10,6 +10,7 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 
 from shared.core.domain import ChunkHit
+from shared.core.errors import PermanentError
 from shared.index.corpus import CorpusSnapshot, RedisCorpus
 from shared.index.tokens import tokenize
 
@@ -97,7 +98,14 @@ class BM25Index:
     def search(self, repo: str, text: str, n: int) -> list[ChunkHit]:
         query = tokenize(text)
         built = self._index(repo)
-        if built.bm25 is None or not query:
+        if built.bm25 is None:
+            # Never silently keyword-less: an empty corpus means the repo was never indexed,
+            # or Redis lost it (a restart without persistence).
+            raise PermanentError(
+                f"no keyword index for repo {repo!r} (never indexed, or Redis lost it): "
+                "`tracehound index` rebuilds it"
+            )
+        if not query:
             return []
         scores = np.asarray(built.bm25.get_scores(query))
         n = min(n, len(scores))

@@ -185,3 +185,9 @@ def test_watch_of_a_missing_path_exits_2_with_a_clear_error(stack: LocalStack) -
     done = run_cli(["watch", "/no/such/dir", "--repo", "x"], stack.env)
     assert done.returncode == 2
     assert "does not exist" in done.stderr
+
+
+def test_status_warns_when_redis_keeps_nothing_on_disk(stack: LocalStack) -> None:
+    done = run_cli(["status"], stack.env)  # the test stack's Redis runs without persistence
+    assert done.returncode == 0, done.stderr
+    assert "keeps nothing on disk" in done.stderr

@@ -38,6 +38,7 @@ def _index(task: Any, repo: str, files: list[dict[str, str]]) -> dict[str, Any]:
         ]
     except TransientError as exc:
         raise retry(task, exc) from exc
+    ctx.corpus.add(repo, [c for p in plans for c in p.refill])  # no model call needed
     missing = [c.model_dump() for p in plans for c in p.missing]
     if missing:
         # The embed stage finishes the job; replacing keeps this task's id, so whoever waits on
