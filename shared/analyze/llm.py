@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import logging
+import secrets
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
@@ -43,20 +45,28 @@ def analysis_schema() -> dict[str, Any]:
     return AnalysisReply.model_json_schema()
 
 
-def _candidate_block(rank: int, candidate: Candidate, budget: int) -> str:
+def _candidate_block(rank: int, candidate: Candidate, budget: int, nonce: str) -> str:
     parts = []
     for chunk in candidate.chunks:
         parts.append(f"# lines {chunk.start_line}-{chunk.end_line}\n{chunk.text}")
     body = "\n...\n".join(parts)[:budget]
     first, last = candidate.chunks[0].start_line, candidate.chunks[0].end_line
+    path = html.escape(candidate.path, quote=True)  # an attribute value cannot be closed
     return (
-        f'<candidate rank="{rank}" path="{candidate.path}" lines="{first}-{last}">\n'
-        f"{body}\n</candidate>"
+        f'<candidate_{nonce} rank="{rank}" path="{path}" lines="{first}-{last}">\n'
+        f"{body}\n</candidate_{nonce}>"
     )
 
 
-def build_messages(event: ErrorEvent, candidates: Sequence[Candidate]) -> list[dict[str, str]]:
-    """System and user messages for the analysis; code shares a fixed budget, best first."""
+def build_messages(
+    event: ErrorEvent, candidates: Sequence[Candidate], nonce: str | None = None
+) -> list[dict[str, str]]:
+    """System and user messages for the analysis; code shares a fixed budget, best first.
+
+    Untrusted text (the error, the code) sits inside tags whose names end in a random
+    ``nonce``: a log line saying ``</error>`` cannot close the fence and speak as the prompt.
+    """
+    nonce = nonce or secrets.token_hex(6)
     error = "\n".join(p for p in (event.message, event.stacktrace) if p.strip()) or "(empty)"
     if len(error) > PROMPT_ERROR_MAX_CHARS:
         error = "…[trimmed]\n" + error[-PROMPT_ERROR_MAX_CHARS:]
@@ -64,7 +74,7 @@ def build_messages(event: ErrorEvent, candidates: Sequence[Candidate]) -> list[d
     for rank, cand in enumerate(candidates, start=1):
         if budget <= 200:
             break
-        block = _candidate_block(rank, cand, budget)
+        block = _candidate_block(rank, cand, budget, nonce)
         blocks.append(block)
         budget -= len(block)
     user = template("analysis_user.txt").substitute(
@@ -72,6 +82,7 @@ def build_messages(event: ErrorEvent, candidates: Sequence[Candidate]) -> list[d
         exception=event.exception_type or "(unknown)",
         error=error,
         candidates="\n\n".join(blocks) or "(retrieval found no code)",
+        nonce=nonce,
     )
     return [
         {"role": "system", "content": template("analysis_system.txt").template},

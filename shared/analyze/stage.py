@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 
 from shared.analyze.cache import AnalysisCache, cache_identity
+from shared.analyze.ground import ground
 from shared.analyze.llm import analyze, degraded, prompt_version
 from shared.core.domain import Analysis, Candidate, Investigation
 from shared.core.errors import PermanentError, TransientError
@@ -32,11 +33,16 @@ def redacted_candidates(
 
 
 def with_analysis(inv: Investigation, analysis: Analysis) -> Investigation:
+    """The investigation with the analysis held to the code it was shown (its footnotes say
+    what was dropped)."""
     if analysis.degraded:
         log.warning(
             "analyze.degraded", extra={"event_id": inv.event.id, "reason": analysis.degraded_reason}
         )
-    return inv.model_copy(update={"analysis": analysis})
+    grounded = ground(analysis, inv.candidates)
+    return inv.model_copy(
+        update={"analysis": grounded.analysis, "notes": [*inv.notes, *grounded.notes]}
+    )
 
 
 def analyze_investigation(
@@ -56,7 +62,7 @@ def analyze_investigation(
     cached = cache.get(identity)
     if cached is not None:
         # Same group, model, prompt and code as an earlier analysis: it would say the same.
-        return inv.noted(REUSED_NOTE).model_copy(update={"analysis": cached})
+        return with_analysis(inv.noted(REUSED_NOTE), cached)
     try:
         analysis = analyze(inv.event, redacted_candidates(inv.candidates, redact), chat)
     except TransientError as exc:

@@ -148,7 +148,8 @@ def build_message(
         {"type": "header", "text": {"type": "plain_text", "text": _clip(_title(inv), 150)}},
     ]
     if ev.message:
-        blocks.append(_section(f"*Error:* {escape(_clip(ev.message, 500))}"))
+        # In a code block: text from logs renders literally (*bold*, _italic_, ~strike~ too).
+        blocks.append(_section(f"*Error:*\n{_code(_clip(ev.message, 500))}"))
     if a is not None:
         blocks.append(_section(f"*Summary:* {escape(a.summary)}"))
         if a.hypotheses:

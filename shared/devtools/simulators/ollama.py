@@ -51,8 +51,11 @@ ANALYSIS_KEYS = frozenset(
 )
 _QUERY_PREFIXES = ("search_query: ", "search_document: ")
 _KEEP_ALIVE_ZERO = re.compile(r"^0+(\.0+)?(ns|us|µs|ms|s|m|h)?$")
-_ERROR_RE = re.compile(r"<error>(.*?)</error>", re.DOTALL)
-_CANDIDATE_RE = re.compile(r"<candidate\b([^>]*)>(.*?)</candidate>", re.DOTALL)
+# Tags may end in a per-request suffix (<error_3fa9c1…>, as tracehound's prompt fences data).
+_ERROR_RE = re.compile(r"<error((?:_\w+)?)>(?P<body>.*?)</error\1>", re.DOTALL)
+_CANDIDATE_RE = re.compile(
+    r"<candidate((?:_\w+)?)\b(?P<attrs>[^>]*)>(?P<body>.*?)</candidate\1>", re.DOTALL
+)
 _ATTR_RE = re.compile(r"([\w-]+)\s*=\s*\"([^\"]*)\"")
 _PIECE_CHARS = 24
 
@@ -149,17 +152,17 @@ def parse_prompt(text: str) -> PromptContext:
     Without an ``<error>`` block the text outside candidate blocks stands for the error.
     """
     error_match = _ERROR_RE.search(text)
-    error = (error_match.group(1) if error_match else _CANDIDATE_RE.sub("", text)).strip()
+    error = (error_match["body"] if error_match else _CANDIDATE_RE.sub("", text)).strip()
     lines = [line.strip() for line in error.splitlines() if line.strip()]
     exception_line = lines[-1] if lines else "unknown error"
     candidates: list[PromptCandidate] = []
     for number, match in enumerate(_CANDIDATE_RE.finditer(text), start=1):
-        attrs = {k.lower(): html.unescape(v) for k, v in _ATTR_RE.findall(match.group(1))}
+        attrs = {k.lower(): html.unescape(v) for k, v in _ATTR_RE.findall(match["attrs"])}
         rank_text = attrs.get("rank", "")
         rank = int(rank_text) if rank_text.strip().isdigit() else number
         start, end = _line_range(attrs.get("lines", ""))
         path = attrs.get("path", f"unknown-{number}")
-        candidates.append(PromptCandidate(rank, path, start, end, match.group(2).strip("\n")))
+        candidates.append(PromptCandidate(rank, path, start, end, match["body"].strip("\n")))
     error_tokens = set(tokenize(error))
     overlaps = tuple(len(error_tokens & set(tokenize(f"{c.path}\n{c.code}"))) for c in candidates)
     return PromptContext(error, exception_line, tuple(candidates), overlaps)
