@@ -11,25 +11,13 @@ from collections.abc import Callable
 from shared.analyze.cache import AnalysisCache, cache_identity
 from shared.analyze.ground import ground
 from shared.analyze.llm import analyze, degraded, prompt_version
-from shared.core.domain import Analysis, Candidate, Investigation
+from shared.core.domain import Analysis, Investigation
 from shared.core.errors import PermanentError, TransientError
 from shared.models.chat import ChatModel
 
 log = logging.getLogger(__name__)
 
 REUSED_NOTE = "analysis: reused from an earlier occurrence (code unchanged)"
-
-
-def redacted_candidates(
-    candidates: list[Candidate], redact: Callable[[str], str]
-) -> list[Candidate]:
-    """Code can hold secrets too (a config default, a test fixture): redact what the LLM reads."""
-    return [
-        c.model_copy(
-            update={"chunks": [h.model_copy(update={"text": redact(h.text)}) for h in c.chunks]}
-        )
-        for c in candidates
-    ]
 
 
 def with_analysis(inv: Investigation, analysis: Analysis) -> Investigation:
@@ -64,7 +52,15 @@ def analyze_investigation(
         # Same group, model, prompt and code as an earlier analysis: it would say the same.
         return with_analysis(inv.noted(REUSED_NOTE), cached)
     try:
-        analysis = analyze(inv.event, redacted_candidates(inv.candidates, redact), chat)
+        # Code can hold secrets too (a config default, a test fixture): the LLM reads it
+        # redacted (retrieval redacts already; this covers any other caller).
+        safe = [
+            c.model_copy(
+                update={"chunks": [h.model_copy(update={"text": redact(h.text)}) for h in c.chunks]}
+            )
+            for c in inv.candidates
+        ]
+        analysis = analyze(inv.event, safe, chat)
     except TransientError as exc:
         if may_retry:
             raise

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from shared.core.domain import Chunk
@@ -64,11 +64,16 @@ def store_chunks(
     vectors: VectorIndex,
     corpus: RedisCorpus,
     document_prefix: str = "",
+    redact: Callable[[str], str] = str,
 ) -> int:
-    """Embed (batched) and write to Chroma first, then BM25: a chunk in BM25 is always in both."""
+    """Embed (batched) and write to Chroma first, then BM25: a chunk in BM25 is always in both.
+
+    What goes to the embedding model is ``redact``-ed: a secret in the source never leaves the
+    process (the indexes themselves are tracehound's own and keep the text as it is).
+    """
     if not chunks:
         return 0
-    embedded = embedder.embed([document_prefix + embedding_text(c) for c in chunks])
+    embedded = embedder.embed([document_prefix + redact(embedding_text(c)) for c in chunks])
     vectors.upsert(repo, chunks, embedded)
     corpus.add(repo, chunks)
     return len(chunks)

@@ -17,8 +17,9 @@ record becomes the same event whichever way it arrives:
   failed``), so the message is the same each time the error recurs.
 - **Service and repo.** The producer's configured service (``--service``, ``?service=``) wins;
   a record's own ``service``/``repo`` fills in when none is configured.
-- **Bounds.** ``stacktrace`` is trimmed to ``max_bytes`` keeping head and tail, the message to
-  8,000 characters; an unreadable timestamp is kept as an attribute instead of failing.
+- **Bounds.** ``stacktrace`` is trimmed to ``max_bytes`` keeping head and tail, the message and
+  every attribute string to 8,000 characters; an unreadable timestamp is kept as an attribute
+  instead of failing.
 """
 
 from __future__ import annotations
@@ -296,7 +297,7 @@ def _event(
         "exception_type": exception_type,
         "stacktrace": stacktrace,
         "level": level or "ERROR",
-        "attributes": dict(attributes),
+        "attributes": _clipped(attributes),
     }
     stamp = rec.get("timestamp")
     if stamp not in (None, ""):
@@ -307,6 +308,18 @@ def _event(
     if record_id:
         fields["id"] = record_id
     return ErrorEvent.model_validate(fields)
+
+
+def _clipped(value: Any, depth: int = 0) -> Any:
+    """Attribute values with every string at most 8,000 characters (what is redacted, embedded
+    and shown stays bounded whatever a shipper sends)."""
+    if isinstance(value, str):
+        return _clip(value)
+    if isinstance(value, dict):
+        return {k: _clipped(v, depth + 1) for k, v in value.items()} if depth < 32 else {}
+    if isinstance(value, list):
+        return [_clipped(v, depth + 1) for v in value[:1000]] if depth < 32 else []
+    return value
 
 
 _COMMA_MILLIS = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d),(\d+)")

@@ -28,11 +28,11 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.core.domain import ErrorEvent
+from shared.core.domain import Candidate, ErrorEvent
 
 
 @dataclass(frozen=True)
@@ -45,12 +45,16 @@ class Rule:
 
     name: str
     pattern: re.Pattern[str]
-    replacement: str
+    replacement: str | Callable[[re.Match[str]], str]
     triggers: tuple[str, ...] = ()
+    prefilter: re.Pattern[str] | None = None  # a cheap search that every match's text passes
 
 
-def _marker(name: str) -> str:
+def marker(name: str) -> str:
     return f"[REDACTED:{name}]"
+
+
+_marker = marker
 
 
 # Speed: CPython's regex search skips ahead quickly only when a pattern starts with a literal or
@@ -289,11 +293,25 @@ _SECRET_ATTRIBUTE_KEYS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+_GENERIC = frozenset({"api_key", "password", "secret", "token", "email"})
+
+
+def all_rules() -> tuple[Rule, ...]:
+    """Every built-in rule, most specific first: tracehound's provider shapes, its own rules for
+    formats the maintained set lacks, detect-secrets' provider regexes, then the key-value and
+    email rules, and last the entropy rule for assignments (shared/intake/secret_rules.py)."""
+    from shared.intake.secret_rules import ENTROPY_RULE, OWN_RULES, detect_secrets_rules
+
+    specific = tuple(r for r in DEFAULT_RULES if r.name not in _GENERIC)
+    generic = tuple(r for r in DEFAULT_RULES if r.name in _GENERIC)
+    return (*specific, *OWN_RULES, *detect_secrets_rules(), *generic, ENTROPY_RULE)
+
+
 class Redactor:
     """Applies redaction rules, in order, to text and to error events."""
 
-    def __init__(self, rules: Sequence[Rule] = DEFAULT_RULES, *, enabled: bool = True) -> None:
-        self.rules: tuple[Rule, ...] = tuple(rules)
+    def __init__(self, rules: Sequence[Rule] | None = None, *, enabled: bool = True) -> None:
+        self.rules: tuple[Rule, ...] = tuple(all_rules() if rules is None else rules)
         self.enabled = enabled
         names = {rule.name for rule in self.rules}
         self._attribute_keys = tuple(
@@ -306,14 +324,15 @@ class Redactor:
     ) -> Redactor:
         """The built-in rules minus ``disabled_rules``, plus ``extra_patterns`` (whole match
         becomes ``[REDACTED:custom]``). Unknown rule names and bad regexes raise ValueError."""
-        known = {rule.name for rule in DEFAULT_RULES}
+        builtin = all_rules()
+        known = {rule.name for rule in builtin}
         unknown = sorted(set(disabled_rules) - known)
         if unknown:
             raise ValueError(
                 f"unknown redaction rule(s) to disable: {', '.join(unknown)}; "
-                f"known: {', '.join(rule.name for rule in DEFAULT_RULES)}"
+                f"known: {', '.join(sorted(known))}"
             )
-        rules = [rule for rule in DEFAULT_RULES if rule.name not in set(disabled_rules)]
+        rules = [rule for rule in builtin if rule.name not in set(disabled_rules)]
         for pattern in extra_patterns:
             try:
                 compiled = re.compile(pattern)
@@ -331,22 +350,40 @@ class Redactor:
         for rule in self.rules:
             if rule.triggers and not any(t in lowered for t in rule.triggers):
                 continue
+            if rule.prefilter is not None and not rule.prefilter.search(text):
+                continue
             text = rule.pattern.sub(rule.replacement, text)
         return text
 
     def redact_event(self, event: ErrorEvent) -> ErrorEvent:
-        """Message, stack trace and string attribute values (recursively) redacted; an
-        attribute whose key names a secret (``password``, ``api_key``, ``Authorization``…)
-        loses its whole string value. ``exception_type`` is left as it is."""
+        """Message, stack trace, exception type and string attribute values (recursively)
+        redacted; an attribute whose key names a secret (``password``, ``api_key``,
+        ``Authorization``…) loses its whole string value."""
         if not self.enabled:
             return event
+        exc_type = event.exception_type
         return event.model_copy(
             update={
                 "message": self.redact(event.message),
                 "stacktrace": self.redact(event.stacktrace),
+                "exception_type": self.redact(exc_type) if exc_type else exc_type,
                 "attributes": self._redact_mapping(event.attributes),
             }
         )
+
+    def redact_candidates(self, candidates: Sequence[Candidate]) -> list[Candidate]:
+        """Retrieved code with its secrets redacted (a config default, a test fixture): what
+        the reranker, the LLM and Slack are given."""
+        if not self.enabled:
+            return list(candidates)
+        return [
+            c.model_copy(
+                update={
+                    "chunks": [h.model_copy(update={"text": self.redact(h.text)}) for h in c.chunks]
+                }
+            )
+            for c in candidates
+        ]
 
     def _redact_mapping(self, mapping: Mapping[Any, Any]) -> dict[Any, Any]:
         out: dict[Any, Any] = {}

@@ -84,7 +84,8 @@ def retrieve(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         metrics.fallback("retrieve")
     inv = inv.model_copy(
         update={
-            "candidates": found.candidates,
+            # Secrets in the code stay here: the reranker, the LLM and Slack get it redacted.
+            "candidates": ctx.redactor.redact_candidates(found.candidates),
             "query_vector": None,
             "notes": [*inv.notes, *found.notes],
         }

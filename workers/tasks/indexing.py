@@ -87,6 +87,7 @@ def embed_chunks(
             vectors=ctx.vectors,
             corpus=ctx.corpus,
             document_prefix=ctx.settings.embed_document_prefix,
+            redact=ctx.redactor.redact,
         )
     except TransientError as exc:
         raise retry(self, exc) from exc
