@@ -21,14 +21,16 @@ bench-pipeline: install
 
 install: system-deps $(VENV)/.installed
 
-# redis-server runs privately inside the demo and the tests; it must be on PATH.
+# redis-server runs privately inside the demo and the tests, and the tailer's tests rotate
+# logs with the real logrotate; both must be on PATH.
 system-deps:
-	@command -v redis-server >/dev/null 2>&1 || { \
+	@{ command -v redis-server && { command -v logrotate || test -x /usr/sbin/logrotate; }; } \
+	  >/dev/null 2>&1 || { \
 	  if command -v apt-get >/dev/null 2>&1; then \
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	    $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server; \
-	  elif command -v brew >/dev/null 2>&1; then brew install redis; \
-	  else echo "install redis-server (https://redis.io/docs/install/) and retry" >&2; exit 1; fi; }
+	    $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server logrotate; \
+	  elif command -v brew >/dev/null 2>&1; then brew install redis logrotate; \
+	  else echo "install redis-server and logrotate, then retry" >&2; exit 1; fi; }
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tracehound needs Python >= 3.11"'

@@ -81,8 +81,10 @@ def main() -> int:
             continue
         outcomes = []
         for i in range(args.runs):
+            # kill -9 lands at other random moments in each run
+            run_scenario = functools.partial(scenario, seed=100 + i) if "kill" in name else scenario
             with tempfile.TemporaryDirectory(prefix="tail-chaos-") as tmp:
-                outcome = chaos.run(name, Path(tmp), scenario, **options)  # type: ignore[arg-type]
+                outcome = chaos.run(name, Path(tmp), run_scenario, **options)  # type: ignore[arg-type]
             print(f"{name} #{i + 1}: {outcome}", file=sys.stderr)
             outcomes.append(outcome)
         rows.append((name, outcomes))
