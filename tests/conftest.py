@@ -90,6 +90,8 @@ def stack(
         "TRACEHOUND_SLACK_THREAD_ONLY": "true",
         # A killed worker's tasks come back after this (production: 60 s); live workers renew.
         "TRACEHOUND_REDELIVERY_AFTER": "20",
+        # A degraded message's second analysis comes soon after the model host is back.
+        "TRACEHOUND_REANALYZE_AFTER": "2",
     }
     s = LocalStack(workdir, env)
     try:

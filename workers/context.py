@@ -11,7 +11,7 @@ from celery.signals import task_postrun, worker_process_init, worker_process_shu
 
 from shared.analyze.cache import AnalysisCache
 from shared.core import queues
-from shared.core.pipeline import enqueue_thread_reply
+from shared.core.pipeline import enqueue_reanalysis, enqueue_thread_reply
 from shared.core.settings import Settings
 from shared.index.corpus import RedisCorpus
 from shared.index.vectors import ChromaVectorIndex
@@ -171,7 +171,12 @@ class Clients:
             ),
             reply_later=self._reply_later,
             on_fallback=metrics.fallback,
+            reanalyze_later=self._reanalyze_later,
         )
+
+    def _reanalyze_later(self, investigation: dict[str, Any]) -> None:
+        app = current_app._get_current_object()
+        enqueue_reanalysis(app, investigation, countdown=self.settings.reanalyze_after)
 
     def _reply_later(self, thread_ts: str, text: str, key: str) -> None:
         enqueue_thread_reply(current_app._get_current_object(), thread_ts, text, key)

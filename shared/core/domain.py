@@ -129,11 +129,19 @@ class GroupRef(Frozen):
     window_start: int  # ms, Redis time
 
 
+class Posted(Frozen):
+    """A message already in Slack (or the console file), which a re-analysis rewrites."""
+
+    channel: str | None
+    ts: str
+
+
 class Investigation(Frozen):
     """The payload that travels down the analysis chain, growing one stage at a time."""
 
     event: ErrorEvent
     group: GroupRef | None = None
+    revises: Posted | None = None  # a second analysis that rewrites this message in place
     query: str = ""
     query_vector: list[float] | None = None
     candidates: list[Candidate] = Field(default_factory=list)

@@ -42,6 +42,11 @@ def analysis_started(fingerprint: str, window_start: int) -> str:
     return f"{group(fingerprint)}:analysis:{window_start}"
 
 
+def second_chance(claim: str) -> str:
+    """A degraded message's one re-analysis was started (or is no longer wanted)."""
+    return f"{PREFIX}second-chance:{claim}"
+
+
 def seen(service: str, event_id: str) -> str:
     """The service's event was counted: a replay of the same id counts nothing (for
     ``dedup_ttl``). Per service: a shipper's own ids ("1", "2", …) repeat across services."""

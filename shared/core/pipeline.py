@@ -20,7 +20,7 @@ from celery.result import AsyncResult
 from celery.signals import before_task_publish
 
 from shared.core import queues
-from shared.core.domain import ErrorEvent, GroupRef
+from shared.core.domain import ErrorEvent, GroupRef, Posted
 from shared.core.settings import Settings
 
 SENT_AT = "th_sent_at"  # message header: when it was published (workers measure queue wait)
@@ -68,11 +68,15 @@ def _send(
     )
 
 
-def analysis_chain(app: Celery, event: ErrorEvent, group: GroupRef | None = None) -> Any:
+def analysis_chain(
+    app: Celery, event: ErrorEvent, group: GroupRef | None = None, revises: Posted | None = None
+) -> Any:
     """The five stages for one error event; each stage passes its result to the next."""
     payload: dict[str, Any] = {"event": event.model_dump(mode="json")}
     if group is not None:
         payload["group"] = group.model_dump(mode="json")
+    if revises is not None:
+        payload["revises"] = revises.model_dump(mode="json")
     return chain(
         _sig(app, queues.EMBED_QUERY, payload),
         _sig(app, queues.RETRIEVE),
@@ -83,14 +87,26 @@ def analysis_chain(app: Celery, event: ErrorEvent, group: GroupRef | None = None
 
 
 def enqueue_error(
-    app: Celery, event: ErrorEvent, group: GroupRef | None = None, *, task_id: str | None = None
+    app: Celery,
+    event: ErrorEvent,
+    group: GroupRef | None = None,
+    *,
+    task_id: str | None = None,
+    revises: Posted | None = None,
 ) -> AsyncResult:
     """Start an analysis; the returned result is the notify stage's (the message sent).
 
     Producers go through shared.intake.submit.Intake, which redacts, groups and calls this
     once per group and window; tests and tools may call it directly for one analysis.
     """
-    return analysis_chain(app, event, group).apply_async(task_id=task_id)
+    return analysis_chain(app, event, group, revises).apply_async(task_id=task_id)
+
+
+def enqueue_reanalysis(
+    app: Celery, investigation: dict[str, Any], *, countdown: float
+) -> AsyncResult:
+    """A degraded message's second chance: once the model host answers, analyse it again."""
+    return _send(app, queues.REANALYZE, investigation, countdown=countdown)
 
 
 def enqueue_update_group(app: Celery, fingerprint: str, *, countdown: float) -> AsyncResult:

@@ -24,6 +24,7 @@ PRUNE_REPO = "tracehound.prune_repo"
 EMBED_CHUNKS = "tracehound.embed_chunks"
 UPDATE_GROUP = "tracehound.update_group"
 THREAD_REPLY = "tracehound.thread_reply"
+REANALYZE = "tracehound.reanalyze"
 
 ROUTES: dict[str, str] = {
     EMBED_QUERY: "embed",
@@ -38,6 +39,7 @@ ROUTES: dict[str, str] = {
     EMBED_CHUNKS: "embed",
     UPDATE_GROUP: "notify",
     THREAD_REPLY: "notify",
+    REANALYZE: "notify",
 }
 
 # Redis priority of bulk index embedding on the shared embed queue: kombu serves priority 0
@@ -58,6 +60,7 @@ TIME_LIMITS: dict[str, int] = {
     EMBED_CHUNKS: 600,
     UPDATE_GROUP: 60,
     THREAD_REPLY: 60,
+    REANALYZE: 60,
 }
 
 

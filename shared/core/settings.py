@@ -184,6 +184,12 @@ class Settings(BaseSettings):
         description="Link files: e.g. https://github.com/acme/{repo}/blob/main/{path}"
         "#L{start}-L{end}",
     )
+    reanalyze_after: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds between checks whether the model host answers again, for a "
+        "message that degraded because it did not (then analysed again, updated in place).",
+    )
     min_relevance: float = Field(
         0.2, ge=0, le=1, description="Best rerank score below this: no strongly relevant code."
     )

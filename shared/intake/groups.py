@@ -125,10 +125,13 @@ class GroupStore:
             fp, bool(new), int(ws), int(count), int(total), int(first), int(now), bool(dup)
         )
 
-    def claim_analysis(self, fp: str, window_start: int, task_id: str) -> bool:
+    def claim_analysis(
+        self, fp: str, window_start: int, task_id: str, *, revision: bool = False
+    ) -> bool:
         """Whether the chain whose first task is ``task_id`` analyses this group window: the
-        first chain to ask does (and its redelivered message still does); any other does not."""
-        key = keys.analysis_started(fp, window_start)
+        first chain to ask does (and its redelivered message still does); any other does not.
+        A ``revision`` (a degraded message's second chance) has its own one claim."""
+        key = keys.analysis_started(fp, window_start) + (":revision" if revision else "")
         self.r.set(key, task_id, nx=True, ex=IDLE_EXPIRY_S)
         owner = self.r.get(key)
         return owner is not None and _s(owner) == task_id

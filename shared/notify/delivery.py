@@ -28,7 +28,7 @@ from typing import Any
 import redis
 
 from shared.core import keys
-from shared.core.domain import GroupRef, Investigation, Notification
+from shared.core.domain import GroupRef, Investigation, Notification, Posted
 from shared.core.errors import PermanentError, TransientError
 from shared.intake.groups import GroupState, GroupStore
 from shared.notify.message import (
@@ -93,12 +93,35 @@ class Courier:
     policy: DeliveryPolicy
     reply_later: Callable[[str, str, str], object]  # (thread_ts, text, key) -> enqueued
     on_fallback: Callable[[str], None] = field(default=lambda stage: None)
+    # A degraded message's second chance: the investigation (JSON) to analyse again later.
+    reanalyze_later: Callable[[dict[str, Any]], object] | None = None
 
     def __post_init__(self) -> None:
         self.take_over = self.r.register_script(_TAKE_OVER)
 
 
 # --- pure decisions ---------------------------------------------------------------------------
+
+SECOND_CHANCE_NOTE = (
+    "analysis: this message will be analysed again, and updated here, if the model host "
+    "answers again within the group window"
+)
+
+
+def needs_second_chance(inv: Investigation) -> bool:
+    """A message that degraded because a model host was out of reach — the LLM failed, the
+    query could not be embedded, the reranker was down — gets one more analysis later (not a
+    message that is already that second analysis, nor one without a rerank server at all)."""
+    if inv.revises is not None:
+        return False
+    a = inv.analysis
+    if a is not None and a.degraded and (a.degraded_reason or "").startswith("LLM failed"):
+        return True
+    return any(
+        n.startswith("embedding: failed")
+        or (n.startswith("rerank: unavailable") and "no rerank backend" not in n)
+        for n in inv.notes
+    )
 
 
 def claim_id(inv: Investigation) -> str:
@@ -184,8 +207,14 @@ def _keep_refused(
 
 
 def deliver(inv: Investigation, c: Courier) -> Notification:
-    """Post the investigation's message once per group and window (see the module doc)."""
+    """Post the investigation's message once per group and window (see the module doc); a
+    revision (``inv.revises``) rewrites the message it revises instead."""
     p = c.policy
+    second_chance = c.reanalyze_later is not None and needs_second_chance(inv)
+    if second_chance:
+        inv = inv.noted(SECOND_CHANCE_NOTE)
+    if inv.revises is not None:
+        return _revise(inv, c)
     guard = claim_id(inv)
     claimed = claim(c, guard)
     if isinstance(claimed, dict):
@@ -220,8 +249,47 @@ def deliver(inv: Investigation, c: Courier) -> Notification:
             if not exc.maybe_done:
                 _release(c, guard)  # Slack answered with an error: it did not post
             raise  # else the claim stays: the next run looks for the post before posting
-    return _record(inv, c, guard, delivery, text, blocks, trace=options.trace_in_thread,
-                   in_thread_of=in_thread_of)  # fmt: skip
+    result = _record(inv, c, guard, delivery, text, blocks, trace=options.trace_in_thread,
+                     in_thread_of=in_thread_of)  # fmt: skip
+    if second_chance and delivery.ts and c.reanalyze_later is not None:
+        posted = Posted(channel=delivery.channel, ts=delivery.ts)
+        c.reanalyze_later(inv.model_copy(update={"revises": posted}).model_dump(mode="json"))
+    return result
+
+
+def _revise(inv: Investigation, c: Courier) -> Notification:
+    """The second analysis of a degraded message: the message rewritten in place (chat.update)
+    with the new analysis, once."""
+    assert inv.revises is not None
+    guard = claim_id(inv) + ":revision"
+    claimed = claim(c, guard)
+    if isinstance(claimed, dict):
+        return Notification.model_validate(claimed)
+    group = inv.group
+    state = c.groups.state(group.fingerprint) if group else None
+    options = MessageOptions(
+        repo_url_template=c.policy.repo_url_template,
+        min_relevance=c.policy.min_relevance,
+        occurrences=occurrences_of(state),
+        trace_in_thread=c.notifier.destination == "slack" and bool(inv.event.stacktrace.strip()),
+    )
+    text, blocks = build_message(inv, options)
+    posted = inv.revises
+    try:
+        take_slot(c.r, c.policy.channel, c.policy.pace_s)
+        c.notifier.update(posted.channel or c.policy.channel, posted.ts, text, blocks)
+    except PermanentError as exc:  # the message is gone (deleted): say so, keep the result
+        log.warning("notify.revision_refused", extra={"ts": posted.ts, "reason": str(exc)})
+    except BaseException:
+        _release(c, guard)
+        raise
+    delivery = Delivery(c.notifier.destination, channel=posted.channel, ts=posted.ts)
+    return _record(inv, c, guard, delivery, text, blocks, trace=False, in_thread_of=None)
+
+
+def claim_second_chance(r: redis.Redis, inv: Investigation) -> bool:
+    """The one re-analysis of this message may start (SET NX on its claim)."""
+    return bool(r.set(keys.second_chance(claim_id(inv)), "1", nx=True, ex=NOTIFIED_TTL))
 
 
 def _take_over_if_stale(c: Courier, guard: str, posting: Posting) -> None:

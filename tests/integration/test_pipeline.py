@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -109,13 +111,21 @@ def test_rerank_server_down_is_said_in_the_message(
     rerank_sim.stop()
     try:
         result = run()
+        assert any(n.startswith("rerank: unavailable (") for n in result["notes"])
+        [message] = posted_for(slack_sim, result["event_id"])
+        assert "rerank: unavailable" in json.dumps(message["blocks"])
+        assert "analysed again" in json.dumps(message["blocks"])
+        assert BUGGY in [f.split(":")[0] for f in result["top_files"][:3]]
+        time.sleep(5)  # checks every 2 s while the reranker is still down: nothing changes
+        assert not posted_for(slack_sim, result["event_id"])[0]["updated"]
     finally:
         rerank_sim.start()
 
-    assert any(n.startswith("rerank: unavailable (") for n in result["notes"])
-    [message] = posted_for(slack_sim, result["event_id"])
-    assert "rerank: unavailable" in json.dumps(message["blocks"])
-    assert BUGGY in [f.split(":")[0] for f in result["top_files"][:3]]
+    def reranked() -> bool:
+        [m] = posted_for(slack_sim, result["event_id"])
+        return m["updated"] and "rerank: unavailable" not in json.dumps(m["blocks"])
+
+    wait_until(reranked, 60, "the message rewritten with the reranked analysis")
 
 
 def test_reranker_reorders_candidates_when_it_works(
@@ -123,10 +133,11 @@ def test_reranker_reorders_candidates_when_it_works(
     run: Callable[..., dict],
     rerank_sim: OllamaSimulator,
 ) -> None:
-    rerank_sim.clear_log()
-    result = run()
+    # Its own message line: an earlier test's second analysis may call the reranker meanwhile.
+    marker = f"division by zero in order {uuid.uuid4().hex[:8]}"
+    result = run(TRACE.replace("division by zero", marker))
     assert not any(n.startswith("rerank") for n in result["notes"])
-    [call] = rerank_sim.requests_to("/v1/rerank")
+    [call] = [c for c in rerank_sim.requests_to("/v1/rerank") if marker in c["body"]["query"]]
     assert len(call["body"]["documents"]) > 5  # all fused candidates, top-k kept after
 
 
@@ -291,3 +302,29 @@ def test_an_injected_reply_shows_only_retrieved_code_and_no_download_and_run_fix
     assert "Ignore the code above" in fenced  # the log's words stayed inside the fence
     posted = next(m for m in slack_sim.messages if m.get("ts") == result["ts"])
     assert "<!channel>" not in json.dumps(posted)
+
+
+def test_a_message_degraded_while_ollama_was_down_is_redone_in_place_when_it_returns(
+    indexed: None, sender: Any, ollama_sim: OllamaSimulator, slack_sim: SlackSimulator
+) -> None:
+    service = f"down-{uuid.uuid4().hex[:6]}"
+    for path in ("/api/chat", "/api/embed", "/api/version"):
+        ollama_sim.fail(path, 503, times=-1)  # the model host is down
+    try:
+        event = parse_event(TRACE, service=service, repo=REPO)
+        first = enqueue_error(sender, event).get(timeout=120)
+        assert first["analysis"]["degraded"]
+        assert any("analysed again" in n for n in first["notes"])
+        time.sleep(5)  # a few checks while it is still down: nothing changes
+        [message] = [m for m in slack_sim.messages if m["ts"] == first["ts"]]
+        assert not message["updated"]
+    finally:
+        ollama_sim.reset_faults()  # the host is back
+
+    def redone() -> bool:
+        [m] = [m for m in slack_sim.messages if m["ts"] == first["ts"]]
+        return m["updated"] and "degraded" not in json.dumps(m["blocks"])
+
+    wait_until(redone, 60, "the message rewritten with a full analysis")
+    tops = [m for m in slack_sim.messages if not m.get("thread_ts") and service in json.dumps(m)]
+    assert len(tops) == 1  # the same message, updated in place

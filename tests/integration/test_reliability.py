@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -61,8 +63,10 @@ def test_llm_worker_child_killed_mid_analysis_the_task_runs_again(
     assert [v["queue"] for v in notification["trail"]][-2:] == ["llm", "notify"]
 
 
-def analysis_in_flight(sender: Any, ollama_sim: OllamaSimulator, repo: str) -> Any:
-    event = parse_event((DATA / "sample-error.txt").read_text(), service="shop-api", repo=repo)
+def analysis_in_flight(
+    sender: Any, ollama_sim: OllamaSimulator, repo: str, service: str = "shop-api"
+) -> Any:
+    event = parse_event((DATA / "sample-error.txt").read_text(), service=service, repo=repo)
     result = enqueue_error(sender, event)
     deadline = time.monotonic() + 60
     while not ollama_sim.requests_to("/api/chat") and time.monotonic() < deadline:
@@ -108,12 +112,14 @@ def test_a_task_longer_than_the_redelivery_bound_is_not_handed_out_twice(
     ollama_sim.clear_log()
     ollama_sim.configure(latency={"chat": settings.redelivery_after + 10.0})
     try:
-        result = analysis_in_flight(sender, ollama_sim, "sample-long")
+        service = f"long-{uuid.uuid4().hex[:6]}"
+        result = analysis_in_flight(sender, ollama_sim, "sample-long", service)
         notification = result.get(timeout=settings.redelivery_after + 60)
     finally:
         ollama_sim.configure(latency={})
     assert not notification["analysis"]["degraded"]
-    assert len(ollama_sim.requests_to("/api/chat")) == 1  # renewed while running: never redone
+    chats = [r for r in ollama_sim.requests_to("/api/chat") if service in json.dumps(r["body"])]
+    assert len(chats) == 1  # renewed while running: never handed out again
 
 
 def test_a_worker_killed_while_slack_holds_its_post_does_not_post_twice(

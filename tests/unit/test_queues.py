@@ -23,6 +23,7 @@ TASK_NAMES = [
     queues.EMBED_CHUNKS,
     queues.UPDATE_GROUP,
     queues.THREAD_REPLY,
+    queues.REANALYZE,
 ]
 
 

@@ -38,7 +38,7 @@ def embed_query(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     ctx = context.clients()
     group = inv.group
     if group and not ctx.groups.claim_analysis(
-        group.fingerprint, group.window_start, self.request.id
+        group.fingerprint, group.window_start, self.request.id, revision=inv.revises is not None
     ):
         # The same group window enqueued twice (its producer died between enqueueing the chain
         # and recording it, then replayed the event): one analysis is enough.

@@ -15,10 +15,13 @@ from typing import Any
 from shared.core import queues as q
 from shared.core.domain import Investigation
 from shared.core.errors import TransientError
+from shared.core.pipeline import enqueue_error
+from shared.models.health import ollama_answers, reranker_answers
 from shared.notify.delivery import (
     ClaimHeld,
     MessageNotOut,
     Paced,
+    claim_second_chance,
     deliver,
     post_reply,
     update_counts,
@@ -56,6 +59,34 @@ def thread_reply(self: Any, thread_ts: str, text: str, key: str) -> dict[str, An
     except TransientError as exc:
         raise retry(self, exc, forever=True) from exc
     return {"thread_ts": thread_ts, "posted": posted}
+
+
+@app.task(**task_options(q.REANALYZE))
+def reanalyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
+    """A degraded message's second chance: once the model host answers, analyse again."""
+    inv = Investigation.model_validate(payload)
+    ctx = context.clients()
+    s = ctx.settings
+    if not _model_hosts_answer(inv):
+        attempts = max(1, int(s.group_window // s.reanalyze_after))  # while the window lasts
+        if self.request.retries >= attempts:
+            return {"event_id": inv.event.id, "reanalysed": False}
+        raise self.retry(countdown=s.reanalyze_after, max_retries=attempts)
+    if not claim_second_chance(ctx.redis, inv):
+        return {"event_id": inv.event.id, "reanalysed": False}  # started before
+    enqueue_error(app, inv.event, inv.group, revises=inv.revises)
+    return {"event_id": inv.event.id, "reanalysed": True}
+
+
+def _model_hosts_answer(inv: Investigation) -> bool:
+    """The Ollama hosts answer, and the rerank server too when it was the one that failed."""
+    ctx = context.clients()
+    s = ctx.settings
+    if not (ollama_answers(s.llm_base_url) and ollama_answers(s.embed_base_url)):
+        return False
+    reranker = ctx.reranker
+    rerank_failed = any(n.startswith("rerank: unavailable") for n in inv.notes)
+    return reranker is None or not rerank_failed or reranker_answers(reranker)
 
 
 @app.task(**task_options(q.UPDATE_GROUP, retry_forever=True))
