@@ -173,8 +173,9 @@ def main() -> int:
     for name, n, secs in rows:
         print(f"| {name} | {n} | {secs:.2f} | {n / secs:,.0f} |")
     print(
-        f"\nchains waiting on the embed queue afterwards: {queued} "
-        f"(expected {sum(n for _, n, _ in rows) + events_full})"
+        f"\nchains waiting on the embed queue afterwards: {queued} (expected "
+        f"{events_full + 1}: one per tailed event, and one for all the HTTP events: the same "
+        "error and so one group)"
     )
     return 0
 

@@ -1,0 +1,112 @@
+"""Recovery after kill -9: how long a whole worker's in-flight analysis takes to finish.
+
+    python benchmarks/recovery.py [--runs 3] [--redelivery-after 60]
+
+Starts a private redis-server, a chroma server and the compose worker topology with the
+production redelivery setting, indexes the bundled sample service, and per run: enqueues an
+error, waits until its analysis reaches the (simulated) LLM, which answers after 6 s, then
+kills the llm worker's whole process group with SIGKILL, starts a replacement, and times the
+replacement's start → the Slack message. Also times an analysis with no kill, for reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from shared.core.pipeline import enqueue_error, sender_app
+from shared.core.settings import Settings
+from shared.devtools.localstack import LocalStack
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.devtools.simulators.slack import SlackSimulator
+from shared.index.reindex import index_repository
+from shared.intake.events import parse_event
+
+TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
+CHAT_S = 6.0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--redelivery-after", type=int, default=60)
+    args = ap.parse_args()
+    rows: list[tuple[str, float, bool]] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="th-recovery-") as tmp,
+        OllamaSimulator() as ollama,
+        SlackSimulator() as slack,
+    ):
+        env = {
+            "TRACEHOUND_OLLAMA_URL": ollama.url,
+            "TRACEHOUND_RERANK_BACKEND": "llamacpp",
+            "TRACEHOUND_RERANK_URL": ollama.url,
+            "TRACEHOUND_SLACK_BOT_TOKEN": "xoxb-bench",
+            "TRACEHOUND_SLACK_CHANNEL": "C0BENCH",
+            "TRACEHOUND_SLACK_BASE_URL": slack.url + "/api/",
+            "TRACEHOUND_REDELIVERY_AFTER": str(args.redelivery_after),
+        }
+        stack = LocalStack(Path(tmp), env)
+        try:
+            stack.start_services()
+            stack.start_workers()
+            app = sender_app(Settings(redis_url=stack.env["TRACEHOUND_REDIS_URL"]))
+            index_repository(
+                app, ROOT / "tests/data/sample-service", "bench", max_bytes=1_000_000, timeout=300
+            )
+            ollama.configure(latency={"chat": CHAT_S})
+
+            def in_flight() -> tuple[object, float]:
+                ollama.clear_log()
+                event = parse_event(TRACE, service=f"svc-{uuid.uuid4().hex[:6]}", repo="bench")
+                t0 = time.monotonic()
+                result = enqueue_error(app, event)
+                while not ollama.requests_to("/api/chat"):
+                    time.sleep(0.05)
+                return result, t0
+
+            result, t0 = in_flight()
+            result.get(timeout=300)  # type: ignore[attr-defined]
+            rows.append(("no kill (reference): enqueue → message", time.monotonic() - t0, True))
+            for i in range(args.runs):
+                result, _ = in_flight()
+                llm = next(p for p in stack.procs if p.name == "worker-llm" and p.alive())
+                os.killpg(llm.popen.pid, signal.SIGKILL)
+                llm.popen.wait(10)
+                started = time.monotonic()
+                stack.start_workers({"llm": (["llm"], 1)})
+                notification = result.get(timeout=args.redelivery_after + 300)  # type: ignore[attr-defined]
+                ok = not notification["analysis"]["degraded"]
+                rows.append((f"kill -9 run {i + 1}: replacement up → message",
+                             time.monotonic() - started, ok))  # fmt: skip
+        finally:
+            stack.stop()
+    kills = [secs for name, secs, _ in rows if name.startswith("kill")]
+    print(
+        f"\nRecovery after kill -9 of the llm worker's process group mid-analysis "
+        f"(TRACEHOUND_REDELIVERY_AFTER={args.redelivery_after}, simulated chat {CHAT_S:.0f} s)\n"
+    )
+    print("| run | seconds | full analysis |")
+    print("|---|---:|---|")
+    for name, secs, ok in rows:
+        print(f"| {name} | {secs:.1f} | {'yes' if ok else 'no (degraded)'} |")
+    if kills:
+        print(
+            f"\nmedian {statistics.median(kills):.1f} s (range {min(kills):.1f}–{max(kills):.1f}); "
+            f"bound: redelivery {args.redelivery_after} s + 5 s sweep + the analysis"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
