@@ -29,6 +29,7 @@ copytruncate loses what is written between the copy and the truncate, in every t
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import logging
@@ -145,6 +146,20 @@ class Followed:
         """Where a restart must read again: before every line not yet in a handed-over event."""
         pending = self.grouper.safe_offset()
         return self.partial_start if pending is None else min(pending, self.partial_start)
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """The read position and everything held between reads, to undo a round."""
+        return (
+            self.offset,
+            bytes(self.partial),
+            self.partial_start,
+            self.partial_overflow,
+            copy.deepcopy(self.grouper),
+        )
+
+    def restore(self, snap: tuple[Any, ...]) -> None:
+        self.offset, partial, self.partial_start, self.partial_overflow, self.grouper = snap
+        self.partial = bytearray(partial)
 
     def entry(self) -> dict[str, Any]:
         return {
@@ -443,24 +458,40 @@ class Tailer:
                 raise HandOverFailed(f"{type(exc).__name__}: {exc}") from exc
             self.events += 1
 
-    def _read(self, fl: Followed, now: float) -> None:
+    def _truncated(self, fl: Followed) -> bool:
+        """Whether the file started over (copytruncate) since it was read up to its offset."""
         size = os.fstat(fl.f.fileno()).st_size
-        rewritten = fl.fp_final and not same_head(fl.f, fl.fp, fl.fp_len)
-        if size < fl.offset or rewritten:  # copytruncate: the same inode started over
-            log.info("tail.truncated", extra={"path": fl.path, "offset": fl.offset})
-            self.checkpoints.retire(fl.entry())  # its copy continues from here
-            self._adopt_copies(fl, now)
-            if any(
-                o is not fl and (o.fp, o.fp_len) == (fl.fp, fl.fp_len) for o in self.files.values()
-            ):
-                fl.grouper = Grouper(**self._grouper_args)  # its copy reads the record whole
-            else:
-                self._emit(fl, fl.grouper.flush(now, force=True))  # no copy: what was read
-            fl.offset = fl.partial_start = 0
-            fl.partial.clear()
-            fl.fp, fl.fp_len, fl.fp_final = head_identity(fl.f)
+        return size < fl.offset or (fl.fp_final and not same_head(fl.f, fl.fp, fl.fp_len))
+
+    def _start_over(self, fl: Followed, now: float) -> None:
+        """copytruncate: the same inode holds new content; its copy continues the old one."""
+        log.info("tail.truncated", extra={"path": fl.path, "offset": fl.offset})
+        self.checkpoints.retire(fl.entry())  # its copy continues from here
+        self._adopt_copies(fl, now)
+        if any(o is not fl and (o.fp, o.fp_len) == (fl.fp, fl.fp_len) for o in self.files.values()):
+            fl.grouper = Grouper(**self._grouper_args)  # its copy reads the record whole
+        else:
+            self._emit(fl, fl.grouper.flush(now, force=True))  # no copy: what was read
+        fl.offset = fl.partial_start = 0
+        fl.partial.clear()
+        fl.partial_overflow = False
+        fl.fp, fl.fp_len, fl.fp_final = head_identity(fl.f)
+
+    def _read(self, fl: Followed, now: float) -> None:
+        if self._truncated(fl):
+            self._start_over(fl, now)
+        before = fl.snapshot()
+        records: list[Record] = []
         for line, start, end in self._lines(fl, now):
-            self._emit(fl, fl.grouper.feed(line, start, end, now))
+            records += fl.grouper.feed(line, start, end, now)
+        if self._truncated(fl):
+            # Truncated while this round read: the bytes past the old offset may be the new
+            # content, read at the old content's offsets. Forget the round; the copy holds
+            # the old content from where the round began, the file starts over at 0.
+            fl.restore(before)
+            self._start_over(fl, now)
+            return
+        self._emit(fl, records)
         if not fl.fp_final:  # the file was short when first seen: its first line may be done
             fl.fp, fl.fp_len, fl.fp_final = head_identity(fl.f)
         if fl.partial and now - fl.last_growth >= self.flush_after:

@@ -145,6 +145,37 @@ def test_copytruncate_starts_over_on_the_same_inode(tmp_path: Path, tailer_for) 
     assert sorted(markers(collect.events)) == ["marker-1", "marker-2"]
 
 
+def test_copytruncate_landing_while_a_round_reads_counts_each_error_once(  # type: ignore[no-untyped-def]
+    tmp_path: Path, tailer_for
+) -> None:
+    """logrotate copies, truncates and the writer refills the file past the tailer's offset,
+    all after the round checked the file and before it read: the bytes at the old offset are
+    the new content's middle. Nothing may be read twice under another id, nor skipped in the
+    copy."""
+    log = tmp_path / "app.log"
+    log.write_text("".join(traceback_record(n) + info_line(n) for n in range(1, 6)))
+    collect = Collect()
+    t = tailer_for(str(tmp_path / "app.log*"), collect)
+    now = settle(t, 0.0)
+    with open(log, "a") as f:  # written, not read yet: only the copy will hold these
+        f.write("".join(traceback_record(n) + info_line(n) for n in range(6, 11)))
+    lines = t._lines
+
+    def rotate_then_read(fl, at):  # type: ignore[no-untyped-def]
+        if fl.path == str(log) and not (tmp_path / "app.log.1").exists():
+            (tmp_path / "app.log.1").write_bytes(log.read_bytes())  # copy ...
+            with open(log, "r+") as w:  # ... truncate ...
+                w.truncate(0)
+            with open(log, "a") as w:  # ... and the writer goes on, past the old offset
+                w.write("".join(traceback_record(n) + info_line(n) for n in range(11, 41)))
+        return lines(fl, at)
+
+    t._lines = rotate_then_read
+    settle(t, now + 1)
+
+    assert sorted(markers(collect.events)) == sorted(f"marker-{n}" for n in range(1, 41))
+
+
 def test_delete_and_recreate_and_a_glob_that_matched_nothing_yet(  # type: ignore[no-untyped-def]
     tmp_path: Path, tailer_for
 ) -> None:
