@@ -1,6 +1,6 @@
 """Recovery after kill -9: how long a whole worker's in-flight analysis takes to finish.
 
-    python benchmarks/recovery.py [--runs 3] [--redelivery-after 60]
+    python benchmarks/recovery.py [--runs 3] [--redelivery-after SECONDS]
 
 Starts a private redis-server, a chroma server and the compose worker topology with the
 production redelivery setting, indexes the bundled sample service, and per run: enqueues an
@@ -39,7 +39,12 @@ CHAT_S = 6.0
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--redelivery-after", type=int, default=60)
+    ap.add_argument(
+        "--redelivery-after",
+        type=int,
+        default=Settings.model_fields["redelivery_after"].default,
+        help="TRACEHOUND_REDELIVERY_AFTER (default: tracehound's default)",
+    )
     args = ap.parse_args()
     rows: list[tuple[str, float, bool]] = []
     with (

@@ -5,7 +5,7 @@ Celery's Redis transport keeps every message a worker has taken but not acknowle
 was taken, and hands it out again once the score is older than the visibility timeout. A
 timeout long enough for the longest task with all its retries meant a worker killed with -9
 held its messages for 96 minutes. Here the timeout is short (``TRACEHOUND_REDELIVERY_AFTER``,
-60 s) and this consumer step re-scores every message the worker holds — running, or waiting
+30 s) and this consumer step re-scores every message the worker holds — running, or waiting
 for its countdown — every quarter of it. A worker that dies stops renewing, and its messages
 are handed out again within the timeout plus one restore sweep.
 """

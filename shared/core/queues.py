@@ -79,7 +79,7 @@ RESTORE_SWEEP_S = 5  # how often a worker looks for messages whose holder stoppe
 
 
 def celery_config(
-    redis_url: str, *, max_retries: int, backoff_max: int, redelivery_after: int = 60
+    redis_url: str, *, max_retries: int, backoff_max: int, redelivery_after: int = 30
 ) -> dict[str, Any]:
     """Celery settings shared by the worker app and the producers' sending app.
 

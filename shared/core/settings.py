@@ -95,7 +95,7 @@ class Settings(BaseSettings):
     slack_timeout: float = 30.0
     stage_max_retries: int = Field(3, ge=0, description="Retries of a transient stage failure.")
     redelivery_after: int = Field(
-        60,
+        30,
         ge=10,
         description="Seconds after which a task held by a worker that died is handed out again "
         "(live workers renew what they hold every quarter of it).",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import httpx
 
 from shared.core.errors import TracehoundError
@@ -23,3 +25,13 @@ def reranker_answers(reranker: Reranker) -> bool:
         return len(reranker.scores("is the rerank server up", ["yes"])) == 1
     except (TracehoundError, httpx.HTTPError):
         return False
+
+
+def model_hosts_answer(
+    ollama_urls: Sequence[str], reranker: Reranker | None, notes: Sequence[str]
+) -> bool:
+    """The Ollama hosts answer, and the rerank server too when the notes say it failed."""
+    if not all(ollama_answers(url) for url in dict.fromkeys(ollama_urls)):
+        return False
+    rerank_failed = any(n.startswith("rerank: unavailable") for n in notes)
+    return reranker is None or not rerank_failed or reranker_answers(reranker)

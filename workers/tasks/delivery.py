@@ -16,7 +16,7 @@ from shared.core import queues as q
 from shared.core.domain import Investigation
 from shared.core.errors import TransientError
 from shared.core.pipeline import enqueue_error
-from shared.models.health import ollama_answers, reranker_answers
+from shared.models.health import model_hosts_answer
 from shared.notify.delivery import (
     ClaimHeld,
     MessageNotOut,
@@ -67,7 +67,7 @@ def reanalyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     inv = Investigation.model_validate(payload)
     ctx = context.clients()
     s = ctx.settings
-    if not _model_hosts_answer(inv):
+    if not model_hosts_answer([s.llm_base_url, s.embed_base_url], ctx.reranker, inv.notes):
         attempts = max(1, int(s.group_window // s.reanalyze_after))  # while the window lasts
         if self.request.retries >= attempts:
             return {"event_id": inv.event.id, "reanalysed": False}
@@ -76,17 +76,6 @@ def reanalyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         return {"event_id": inv.event.id, "reanalysed": False}  # started before
     enqueue_error(app, inv.event, inv.group, revises=inv.revises)
     return {"event_id": inv.event.id, "reanalysed": True}
-
-
-def _model_hosts_answer(inv: Investigation) -> bool:
-    """The Ollama hosts answer, and the rerank server too when it was the one that failed."""
-    ctx = context.clients()
-    s = ctx.settings
-    if not (ollama_answers(s.llm_base_url) and ollama_answers(s.embed_base_url)):
-        return False
-    reranker = ctx.reranker
-    rerank_failed = any(n.startswith("rerank: unavailable") for n in inv.notes)
-    return reranker is None or not rerank_failed or reranker_answers(reranker)
 
 
 @app.task(**task_options(q.UPDATE_GROUP, retry_forever=True))
