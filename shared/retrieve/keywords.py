@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-from rank_bm25 import BM25Okapi
 
 from shared.core.domain import ChunkHit
 from shared.core.errors import PermanentError
 from shared.index.corpus import CorpusSnapshot, RedisCorpus
 from shared.index.tokens import tokenize
+from shared.retrieve.bm25 import Postings
 
 
 class KeywordIndex(Protocol):
@@ -48,7 +48,7 @@ def defining(
 @dataclass
 class _Built:
     snap: CorpusSnapshot
-    bm25: BM25Okapi | None
+    bm25: Postings | None
     by_path: dict[str, list[int]] = field(default_factory=dict)
     symbols: dict[str, list[int]] = field(default_factory=dict)
 
@@ -77,7 +77,9 @@ def chunks_covering(spans: list[tuple[int, int, int]], line: int | None) -> list
 
 
 class BM25Index:
-    """rank-bm25's BM25Okapi over every chunk of a repo (never a sample of it).
+    """BM25Okapi's scores over every chunk of a repo (never a sample of it), from postings
+    (``shared/retrieve/bm25.py``: rank-bm25's numbers, per query term over the chunks that hold
+    it, instead of a Python loop over every chunk).
 
     The scorer is cached per repo and rebuilt when the corpus version moves, so a query on an
     unchanged corpus only pays for scoring.
@@ -91,7 +93,7 @@ class BM25Index:
         built = self._built.get(repo)
         if built is None or built.snap.version != self.corpus.version(repo):
             snap = self.corpus.snapshot(repo)
-            bm25 = BM25Okapi(snap.tokens) if snap.tokens else None
+            bm25 = Postings(snap.tokens) if snap.tokens else None
             built = self._built[repo] = _Built(snap, bm25)
         return built
 
@@ -107,7 +109,7 @@ class BM25Index:
             )
         if not query:
             return []
-        scores = np.asarray(built.bm25.get_scores(query))
+        scores = built.bm25.scores(query)
         n = min(n, len(scores))
         top = np.argpartition(-scores, n - 1)[:n]
         ranked = sorted(
