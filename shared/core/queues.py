@@ -108,7 +108,9 @@ def celery_config(
         "broker_transport_options": transport,
         "result_backend_transport_options": transport,
         "result_expires": 7 * 24 * 3600,
-        "result_extended": True,
+        # Not extended: each result would also keep its task's arguments (the indexed files'
+        # text: 163 MiB for one repo in issue 13; each stage's input payload) for result_expires.
+        "result_extended": False,
         "broker_connection_retry_on_startup": True,
         "task_track_started": True,
         "worker_send_task_events": True,

@@ -69,6 +69,20 @@ def test_reindexing_an_unchanged_tree_makes_no_embed_calls(
     assert ollama_sim.requests_to("/api/embed") == []
 
 
+def test_task_results_keep_no_file_text(
+    sender: Any, settings: Settings, sample_copy: Path, redis_client: redis.Redis
+) -> None:
+    """What Celery keeps of an index task (7 days) is its small result, not the files it was
+    sent: the text already lives in Chroma and the keyword corpus."""
+    marker = f"marker_{uuid.uuid4().hex}"
+    (sample_copy / "shopapp" / "marked.py").write_text(f"def {marker}():\n    return 1\n")
+    report = index(sender, sample_copy, new_repo(), settings)
+    assert report.embedded > 0
+    metas = list(redis_client.scan_iter("celery-task-meta-*"))
+    assert metas
+    assert not [k for k in metas if marker.encode() in (redis_client.get(k) or b"")]
+
+
 def test_a_changed_file_reembeds_only_its_changed_chunks(
     sender: Any,
     settings: Settings,
