@@ -10,7 +10,9 @@ What it guarantees (tests/integration/test_tail_chaos.py breaks it on purpose):
 - **File identity.** An open file is known by device and inode; across copies and restarts by a
   fingerprint of its first line (up to 256 bytes), as Vector's checksum and Filebeat's
   fingerprint do. A copy whose first line matches a file already read (logrotate's
-  ``copytruncate``, a rename while the tailer was down) continues that file's offset.
+  ``copytruncate``, a rename while the tailer was down) continues that file's offset. A
+  truncation found after a round's read undoes that round: what it read may be the new
+  content at the old offsets, so the copy continues from where the round began.
 - **Discovery.** inotify (watchdog) opens new and renamed files the moment they appear, so a
   generation that rotates in and out between two scans is still read; a scan runs too, every
   ``scan_every`` seconds. A rotated file is read to its end and kept while it still grows
