@@ -205,6 +205,7 @@ class MemoryIndex:
             self.by_path.setdefault(c.path, []).append(i)
         self.symbols = symbol_table([defined_names(c) for c in self.chunks])
         self._memo: dict[tuple[str, str, int], list[ChunkHit]] = {}
+        self._mapper: PathMapper | None = None
 
     def _hit(self, i: int, score: float) -> ChunkHit:
         c = self.chunks[i]
@@ -245,8 +246,10 @@ class MemoryIndex:
             self._memo[key] = [self._hit(i, s) for i, s in self._top(scores, n, positive=True)]
         return self._memo[key]
 
-    def paths(self, repo: str) -> Collection[str]:
-        return self.by_path.keys()
+    def path_mapper(self, repo: str) -> PathMapper:
+        if self._mapper is None:
+            self._mapper = PathMapper(self.by_path.keys())
+        return self._mapper
 
     def chunks_at(self, repo: str, path: str, line: int | None) -> list[ChunkHit]:
         spans = [
@@ -349,7 +352,7 @@ def run_eval(
             vectors = embed_chunks(chunks, embedder, cache, on_progress=progress)
         index = MemoryIndex(chunks, vectors)
         say(f"indexed {corpus_name}: {len(index.by_path)} files, {len(chunks)} chunks")
-        mapper = PathMapper(index.paths(corpus_name))
+        mapper = index.path_mapper(corpus_name)
         for case in group:
             # A bug report is an error by definition, whatever words its first line holds.
             event = from_text(

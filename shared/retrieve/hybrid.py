@@ -38,9 +38,10 @@ class VectorSearch(Protocol):
 
 @runtime_checkable
 class ChunkLocator(Protocol):
-    """What frames need from an index: the indexed paths and the chunk holding a line."""
+    """What frames need from an index: its paths as a frame mapper (built once per version of
+    the index, not per query) and the chunk holding a line."""
 
-    def paths(self, repo: str) -> Collection[str]: ...
+    def path_mapper(self, repo: str) -> PathMapper: ...
     def chunks_at(self, repo: str, path: str, line: int | None) -> list[ChunkHit]: ...
 
 
@@ -51,7 +52,7 @@ def frame_ranking(
     first: (the project's own frames, vendored frames). Frames outside the repo are ignored."""
     if not frames:
         return [], []
-    mapped = PathMapper(locator.paths(repo)).map_frames(frames)
+    mapped = locator.path_mapper(repo).map_frames(frames)
     own: list[ChunkHit] = []
     vendored: list[ChunkHit] = []
     seen: set[str] = set()

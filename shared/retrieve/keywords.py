@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -12,6 +12,7 @@ from shared.core.domain import ChunkHit
 from shared.core.errors import PermanentError
 from shared.index.corpus import CorpusSnapshot, RedisCorpus
 from shared.index.tokens import tokenize
+from shared.intake.frames import PathMapper
 from shared.retrieve.bm25 import Postings
 
 
@@ -51,6 +52,7 @@ class _Built:
     bm25: Postings | None
     by_path: dict[str, list[int]] = field(default_factory=dict)
     symbols: dict[str, list[int]] = field(default_factory=dict)
+    mapper: PathMapper | None = None  # built on the first trace with frames
 
     def __post_init__(self) -> None:
         for i, (path, _, _) in enumerate(self.snap.meta):
@@ -117,8 +119,11 @@ class BM25Index:
         )
         return self.corpus.hits(repo, ranked, built.snap)
 
-    def paths(self, repo: str) -> Collection[str]:
-        return self._index(repo).by_path.keys()
+    def path_mapper(self, repo: str) -> PathMapper:
+        built = self._index(repo)
+        if built.mapper is None:
+            built.mapper = PathMapper(built.by_path.keys())
+        return built.mapper
 
     def chunks_at(self, repo: str, path: str, line: int | None) -> list[ChunkHit]:
         built = self._index(repo)

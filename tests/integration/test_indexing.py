@@ -16,6 +16,8 @@ from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.corpus import RedisCorpus
 from shared.index.reindex import index_repository
 from shared.index.vectors import ChromaVectorIndex
+from shared.intake.frames import parse_frames
+from shared.retrieve.hybrid import frame_ranking
 from shared.retrieve.keywords import BM25Index
 from tests.conftest import model_not_pulled
 
@@ -201,6 +203,29 @@ def test_index_file_and_remove_file_tasks_for_the_watcher(
     assert removed["removed_chunks"] == 1
     assert paths_in_chroma(chroma, repo) == set()
     assert corpus.snapshot(repo).ids == []
+
+
+def test_frames_find_a_file_indexed_after_the_last_query(sender: Any, corpus: RedisCorpus) -> None:
+    """The frame mapper is kept per version of the keyword index: a file indexed later is
+    found by the next trace that names it, by the same long-lived index object."""
+    repo = new_repo()
+    enqueue_file(sender, repo, "billing/refunds.py", "def refund(order):\n    return 1\n").get(
+        timeout=60
+    )
+    keywords = BM25Index(corpus)  # one per worker process, kept across tasks
+    trace = (
+        "Traceback (most recent call last):\n"
+        '  File "/srv/app/billing/{name}.py", line 2, in {fn}\n'
+        "ZeroDivisionError: division by zero\n"
+    )
+    own, _ = frame_ranking(repo, parse_frames(trace.format(name="refunds", fn="refund")), keywords)
+    assert [h.path for h in own] == ["billing/refunds.py"]
+    text = "def charge(order):\n    return order.total / order.count\n"
+    enqueue_file(sender, repo, "billing/charges.py", text).get(timeout=60)
+
+    own, _ = frame_ranking(repo, parse_frames(trace.format(name="charges", fn="charge")), keywords)
+
+    assert [h.path for h in own] == ["billing/charges.py"]
 
 
 def test_missing_embed_model_fails_the_index_with_an_ollama_pull_hint(
