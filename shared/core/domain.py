@@ -136,6 +136,13 @@ class Posted(Frozen):
     ts: str
 
 
+# Notes a stage writes that later policy reads back (the second chance: notify/delivery.py
+# and models/health.py), so the words are written in one place.
+EMBED_FAILED = "embedding: failed"
+RERANK_UNAVAILABLE = "rerank: unavailable"
+NO_RERANK_BACKEND = "no rerank backend configured"
+
+
 class Investigation(Frozen):
     """The payload that travels down the analysis chain, growing one stage at a time."""
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import httpx
 
+from shared.core.domain import RERANK_UNAVAILABLE
 from shared.core.errors import TracehoundError
 from shared.models.reranker import Reranker
 
@@ -33,5 +34,5 @@ def model_hosts_answer(
     """The Ollama hosts answer, and the rerank server too when the notes say it failed."""
     if not all(ollama_answers(url) for url in dict.fromkeys(ollama_urls)):
         return False
-    rerank_failed = any(n.startswith("rerank: unavailable") for n in notes)
+    rerank_failed = any(n.startswith(RERANK_UNAVAILABLE) for n in notes)
     return reranker is None or not rerank_failed or reranker_answers(reranker)

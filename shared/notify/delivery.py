@@ -28,7 +28,15 @@ from typing import Any
 import redis
 
 from shared.core import keys
-from shared.core.domain import GroupRef, Investigation, Notification, Posted
+from shared.core.domain import (
+    EMBED_FAILED,
+    NO_RERANK_BACKEND,
+    RERANK_UNAVAILABLE,
+    GroupRef,
+    Investigation,
+    Notification,
+    Posted,
+)
 from shared.core.errors import PermanentError, TransientError
 from shared.intake.groups import GroupState, GroupStore
 from shared.notify.message import (
@@ -118,8 +126,8 @@ def needs_second_chance(inv: Investigation) -> bool:
     if a is not None and a.degraded and (a.degraded_reason or "").startswith("LLM failed"):
         return True
     return any(
-        n.startswith("embedding: failed")
-        or (n.startswith("rerank: unavailable") and "no rerank backend" not in n)
+        n.startswith(EMBED_FAILED)
+        or (n.startswith(RERANK_UNAVAILABLE) and NO_RERANK_BACKEND not in n)
         for n in inv.notes
     )
 

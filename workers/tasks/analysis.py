@@ -15,7 +15,12 @@ from celery.exceptions import Ignore, SoftTimeLimitExceeded
 from shared.analyze.llm import degraded
 from shared.analyze.stage import analyze_investigation, with_analysis
 from shared.core import queues as q
-from shared.core.domain import Investigation
+from shared.core.domain import (
+    EMBED_FAILED,
+    NO_RERANK_BACKEND,
+    RERANK_UNAVAILABLE,
+    Investigation,
+)
 from shared.core.errors import PermanentError, TracehoundError, TransientError
 from shared.models.reranker import rerank_candidates
 from shared.retrieve.hybrid import hybrid_retrieve
@@ -53,10 +58,10 @@ def embed_query(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     except TransientError as exc:
         if attempts_left(self):
             raise retry(self, exc) from exc
-        inv = inv.noted(f"embedding: failed ({exc}); keyword search only")
+        inv = inv.noted(f"{EMBED_FAILED} ({exc}); keyword search only")
         metrics.fallback("embed_query")
     except PermanentError as exc:
-        inv = inv.noted(f"embedding: failed ({exc}); keyword search only")
+        inv = inv.noted(f"{EMBED_FAILED} ({exc}); keyword search only")
         metrics.fallback("embed_query")
     return inv.model_copy(update={"query": query, "query_vector": vector}).model_dump(mode="json")
 
@@ -103,7 +108,7 @@ def rerank(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     reason = None
     candidates = inv.candidates[:top_k]
     if reranker is None:
-        reason = "no rerank backend configured"
+        reason = NO_RERANK_BACKEND
     elif inv.candidates:
         try:
             candidates = rerank_candidates(inv.query, inv.candidates, reranker, top_k=top_k)
@@ -116,7 +121,7 @@ def rerank(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             log.warning("rerank.fallback", extra={"event_id": inv.event.id, "reason": reason})
             metrics.fallback("rerank")
     if reason:
-        inv = inv.noted(f"rerank: unavailable ({reason})")
+        inv = inv.noted(f"{RERANK_UNAVAILABLE} ({reason})")
     return inv.model_copy(update={"candidates": candidates}).model_dump(mode="json")
 
 
