@@ -54,9 +54,6 @@ def marker(name: str) -> str:
     return f"[REDACTED:{name}]"
 
 
-_marker = marker
-
-
 # Speed: CPython's regex search skips ahead quickly only when a pattern starts with a literal or
 # one character class; a leading lookbehind or alternation costs ~0.2 s per rule on 5 MB. So
 # every pattern starts with its first literal character, and word-boundary checks are
@@ -115,7 +112,7 @@ def _kv(keys: str) -> re.Pattern[str]:
 
 
 def _kv_replacement(name: str) -> str:
-    return r"\g<pre>\g<eq>\g<dq>\g<sq>" + _marker(name) + r"\g<eq>\g<dq>\g<sq>"
+    return r"\g<pre>\g<eq>\g<dq>\g<sq>" + marker(name) + r"\g<eq>\g<dq>\g<sq>"
 
 
 # "password" is unambiguous even glued to a prefix (PGPASSWORD); "pwd" must start a word.
@@ -151,7 +148,7 @@ _PRIVATE_KEY = re.compile(
 )
 
 DEFAULT_RULES: tuple[Rule, ...] = (
-    Rule("private_key", _PRIVATE_KEY, _marker("private_key"), ("private key",)),
+    Rule("private_key", _PRIVATE_KEY, marker("private_key"), ("private key",)),
     # scheme://user:password@host -> keep scheme, user and host
     Rule(
         "url_password",
@@ -159,7 +156,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
             r"(?P<pre>://(?<=[A-Za-z0-9+.-]://)[^\s:/?#@'\"<>]{0,128}:)"
             r"(?!\[REDACTED)[^\s/?#@'\"<>]{1,256}+(?=@)"
         ),
-        r"\g<pre>" + _marker("url_password"),
+        r"\g<pre>" + marker("url_password"),
         ("://",),
     ),
     # Bearer <token>: the token holds a digit or symbol, or is long (not "Bearer authentication")
@@ -169,7 +166,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
             r"(?P<pre>[Bb](?<![\w-][Bb])(?i:earer)[ \t]{1,3})(?!\[REDACTED)"
             r"(?:(?=[A-Za-z]*+[0-9._~+/=-])" + _TOKEN + r"{8,}+|" + _TOKEN + r"{20,}+)=*+"
         ),
-        r"\g<pre>" + _marker("bearer_token"),
+        r"\g<pre>" + marker("bearer_token"),
         ("bearer",),
     ),
     Rule(
@@ -178,7 +175,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
             r"(?P<pre>B(?<![\w-]B)asic[ \t]{1,3})(?!\[REDACTED)"
             r"(?=[A-Za-z]*+[0-9+/=])[A-Za-z0-9+/]{8,}+=*+"
         ),
-        r"\g<pre>" + _marker("basic_auth"),
+        r"\g<pre>" + marker("basic_auth"),
         ("basic",),
     ),
     # An Authorization header/key: whatever its scheme, the credential goes
@@ -191,13 +188,13 @@ DEFAULT_RULES: tuple[Rule, ...] = (
             r"|sso-key|key|hmac)[ \t]{1,3})?))"
             r"(?!\[REDACTED)(?(scheme)|(?=[A-Za-z]*+[0-9._~+/=-]))" + _TOKEN + r"{6,}+=*+"
         ),
-        r"\g<pre>" + _marker("authorization"),
+        r"\g<pre>" + marker("authorization"),
         ("authorization",),
     ),
     Rule(
         "aws_access_key_id",
         re.compile(r"A(?<![A-Za-z0-9]A)(?:KIA|SIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
-        _marker("aws_access_key_id"),
+        marker("aws_access_key_id"),
         ("akia", "asia"),
     ),
     Rule(
@@ -208,7 +205,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
             r"[ \t]{0,3}(?:=>|[:=])[ \t]{0,3}(?:\\?[\"'])?)"
             r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
         ),
-        r"\g<pre>" + _marker("aws_secret_access_key"),
+        r"\g<pre>" + marker("aws_secret_access_key"),
         ("secret",),
     ),
     Rule(
@@ -216,43 +213,43 @@ DEFAULT_RULES: tuple[Rule, ...] = (
         re.compile(
             r"sk-(?<![\w-]sk-)(?:proj-|svcacct-|admin-)?(?=[A-Za-z_-]*+\d)[A-Za-z0-9_-]{20,}+"
         ),
-        _marker("openai_key"),
+        marker("openai_key"),
         ("sk-",),
     ),
     Rule(
         "slack_token",
         re.compile(r"x(?<![\w-]x)(?:ox[abposr]|app)-[A-Za-z0-9-]{10,}+"),
-        _marker("slack_token"),
+        marker("slack_token"),
         ("xox", "xapp-"),
     ),
     Rule(
         "slack_webhook",
         re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]++"),
-        _marker("slack_webhook"),
+        marker("slack_webhook"),
         ("hooks.slack.com",),
     ),
     Rule(
         "github_token",
         re.compile(r"g(?<![\w-]g)(?:h[pousr]_[A-Za-z0-9]{36,}+|ithub_pat_[A-Za-z0-9_]{22,}+)"),
-        _marker("github_token"),
+        marker("github_token"),
         ("gh", "github_pat_"),
     ),
     Rule(
         "gitlab_token",
         re.compile(r"glpat-(?<![\w-]glpat-)[A-Za-z0-9_-]{20,}+"),
-        _marker("gitlab_token"),
+        marker("gitlab_token"),
         ("glpat-",),
     ),
     Rule(
         "stripe_key",
         re.compile(r"[sr]k_(?<![\w-][sr]k_)(?:live|test)_[A-Za-z0-9]{16,}+"),
-        _marker("stripe_key"),
+        marker("stripe_key"),
         ("k_live_", "k_test_"),
     ),
     Rule(
         "google_api_key",
         re.compile(r"AIza(?<![\w-]AIza)[0-9A-Za-z_-]{35}(?![\w-])"),
-        _marker("google_api_key"),
+        marker("google_api_key"),
         ("aiza",),
     ),
     Rule(
@@ -260,7 +257,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
         re.compile(
             r"eyJ(?<![\w-]eyJ)[A-Za-z0-9_-]{5,}+\.eyJ[A-Za-z0-9_-]{5,}+\.[A-Za-z0-9_-]{10,}+"
         ),
-        _marker("jwt"),
+        marker("jwt"),
         ("eyj",),
     ),
     Rule("api_key", _kv(_API_KEY_KEYS), _kv_replacement("api_key"), ("api",)),
@@ -278,7 +275,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
             r"[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63}){0,8}\.[A-Za-z]{2,24}"
             r"(?![A-Za-z0-9-])(?!\.[A-Za-z0-9])(?!:[\w~/])(?!\()"
         ),
-        _marker("email"),
+        marker("email"),
         ("@",),
     ),
 )
@@ -338,7 +335,7 @@ class Redactor:
                 compiled = re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"invalid redaction pattern {pattern!r}: {exc}") from exc
-            rules.append(Rule("custom", compiled, _marker("custom")))
+            rules.append(Rule("custom", compiled, marker("custom")))
         return cls(rules, enabled=enabled)
 
     def redact(self, text: str) -> str:
@@ -389,7 +386,7 @@ class Redactor:
         out: dict[Any, Any] = {}
         for key, value in mapping.items():
             rule = self._secret_key_rule(key) if isinstance(value, str) and value else None
-            out[key] = _marker(rule) if rule else self._redact_value(value)
+            out[key] = marker(rule) if rule else self._redact_value(value)
         return out
 
     def _redact_value(self, value: Any) -> Any:
