@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from shared.core.pipeline import enqueue_error, enqueue_file, sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack
+from shared.devtools.localstack import LocalStack, simulator_env
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
@@ -50,13 +50,7 @@ def run(leases: bool, n_errors: int, n_files: int, scale: float) -> dict[str, fl
         OllamaSimulator(latency=latency, load_seconds=2.0 * scale, exclusive=True) as ollama,
         SlackSimulator() as slack,
     ):
-        env = {
-            "TRACEHOUND_OLLAMA_URL": ollama.url,
-            "TRACEHOUND_RERANK_BACKEND": "llamacpp",
-            "TRACEHOUND_RERANK_URL": ollama.url,
-            "TRACEHOUND_SLACK_BOT_TOKEN": "xoxb-bench",
-            "TRACEHOUND_SLACK_CHANNEL": "C0BENCH",
-            "TRACEHOUND_SLACK_BASE_URL": slack.url + "/api/",
+        env = simulator_env(ollama.url, slack.url, channel="C0BENCH", rerank_url=ollama.url) | {
             "TRACEHOUND_HOST_LEASES": "true" if leases else "false",
         }
         stack = LocalStack(Path(tmp), env)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from shared.core.pipeline import enqueue_error, sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack
+from shared.devtools.localstack import LocalStack, simulator_env
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
@@ -48,13 +48,7 @@ def main() -> int:
         OllamaSimulator() as ollama,
         SlackSimulator() as slack,
     ):
-        env = {
-            "TRACEHOUND_OLLAMA_URL": ollama.url,
-            "TRACEHOUND_RERANK_BACKEND": "llamacpp",
-            "TRACEHOUND_RERANK_URL": ollama.url,
-            "TRACEHOUND_SLACK_BOT_TOKEN": "xoxb-bench",
-            "TRACEHOUND_SLACK_CHANNEL": "C0BENCH",
-            "TRACEHOUND_SLACK_BASE_URL": slack.url + "/api/",
+        env = simulator_env(ollama.url, slack.url, channel="C0BENCH", rerank_url=ollama.url) | {
             # Slack's ~1 message/s per channel would cap this at 1/s; measure tracehound.
             "TRACEHOUND_SLACK_PACE": "0",
         }

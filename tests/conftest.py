@@ -17,7 +17,7 @@ import redis
 
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack, free_port, start_redis
+from shared.devtools.localstack import LocalStack, free_port, simulator_env, start_redis
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 
@@ -73,13 +73,9 @@ def stack(
     slack_sim: SlackSimulator,
 ) -> Iterator[LocalStack]:
     workdir = tmp_path_factory.mktemp("stack")
-    env = {
-        "TRACEHOUND_OLLAMA_URL": ollama_sim.url,
-        "TRACEHOUND_RERANK_BACKEND": "llamacpp",
-        "TRACEHOUND_RERANK_URL": rerank_sim.url,
-        "TRACEHOUND_SLACK_BOT_TOKEN": "xoxb-test-token",
-        "TRACEHOUND_SLACK_CHANNEL": SLACK_CHANNEL,
-        "TRACEHOUND_SLACK_BASE_URL": slack_sim.url + "/api/",
+    env = simulator_env(
+        ollama_sim.url, slack_sim.url, channel=SLACK_CHANNEL, rerank_url=rerank_sim.url
+    ) | {
         # Short retries keep failure tests quick; the policy itself is the production one.
         "TRACEHOUND_STAGE_MAX_RETRIES": "1",
         "TRACEHOUND_RETRY_BACKOFF_MAX": "1",
@@ -88,7 +84,7 @@ def stack(
         # Count updates and thread replies once a second, so grouping tests see them quickly.
         "TRACEHOUND_GROUP_UPDATE_INTERVAL": "1",
         "TRACEHOUND_SLACK_THREAD_ONLY": "true",
-        # A killed worker's tasks come back after this (production: 60 s); live workers renew.
+        # A killed worker's tasks come back after this (production: 30 s); live workers renew.
         "TRACEHOUND_REDELIVERY_AFTER": "20",
         # A degraded message's second analysis comes soon after the model host is back.
         "TRACEHOUND_REANALYZE_AFTER": "2",

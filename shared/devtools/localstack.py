@@ -236,6 +236,22 @@ def wait_for_consumers(redis_url: str, queues: Sequence[str], timeout: float = 9
         app.close()
 
 
+def simulator_env(
+    ollama_url: str, slack_url: str, *, channel: str, rerank_url: str | None = None
+) -> dict[str, str]:
+    """Settings that point tracehound at the Ollama simulator (and a rerank server when given)
+    and at the Slack simulator, for tests and benchmarks."""
+    env = {
+        "TRACEHOUND_OLLAMA_URL": ollama_url,
+        "TRACEHOUND_SLACK_BOT_TOKEN": "xoxb-test-token",
+        "TRACEHOUND_SLACK_CHANNEL": channel,
+        "TRACEHOUND_SLACK_BASE_URL": slack_url + "/api/",
+    }
+    if rerank_url:
+        env |= {"TRACEHOUND_RERANK_BACKEND": "llamacpp", "TRACEHOUND_RERANK_URL": rerank_url}
+    return env
+
+
 @dataclass
 class LocalStack:
     """Redis, Chroma and the workers, private to one directory; stopped on exit."""

@@ -16,7 +16,13 @@ import redis
 from shared.core.persistence import NO_PERSISTENCE
 from shared.core.pipeline import enqueue_error, sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack, start_ingest, start_redis, wait_until
+from shared.devtools.localstack import (
+    LocalStack,
+    simulator_env,
+    start_ingest,
+    start_redis,
+    wait_until,
+)
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
@@ -34,11 +40,7 @@ def aof_stack(
     ollama_sim: OllamaSimulator,
     slack_sim: SlackSimulator,
 ) -> Iterator[LocalStack]:
-    env = {
-        "TRACEHOUND_OLLAMA_URL": ollama_sim.url,
-        "TRACEHOUND_SLACK_BOT_TOKEN": "xoxb-test-token",
-        "TRACEHOUND_SLACK_CHANNEL": SLACK_CHANNEL,
-        "TRACEHOUND_SLACK_BASE_URL": slack_sim.url + "/api/",
+    env = simulator_env(ollama_sim.url, slack_sim.url, channel=SLACK_CHANNEL) | {
         "TRACEHOUND_REDELIVERY_AFTER": "15",
         "TRACEHOUND_STAGE_MAX_RETRIES": "2",
         "TRACEHOUND_RETRY_BACKOFF_MAX": "2",
