@@ -83,8 +83,14 @@ def analysis(identity: str) -> str:
 
 
 def corpus(repo: str, part: str) -> str:
-    """One part of a repo's keyword corpus: ``docs``, ``text``, ``files`` or ``version``."""
+    """One part of a repo's keyword corpus: ``segments``, ``where``, ``dead``, ``text``,
+    ``files``, ``next``, ``lock``, ``merging`` or ``version`` (``docs``: the old format)."""
     return f"{PREFIX}corpus:{repo}:{part}"
+
+
+def corpus_segment(repo: str, sid: int) -> str:
+    """One segment of a repo's keyword index."""
+    return f"{PREFIX}corpus:{repo}:seg:{sid}"
 
 
 # --- model hosts (shared/models/hosts.py) -----------------------------------------------------

@@ -1,99 +1,118 @@
-"""The keyword corpus in Redis: every chunk's tokens and text, and each file's chunk ids.
+"""The keyword corpus in Redis: postings in segments, each chunk's text, each file's chunk ids.
 
 Keys per repo (``{r}`` is the repo name):
-  th:corpus:{r}:docs      hash chunk id -> JSON {p: path, s: start, e: end,
-                          y: "names it defines", t: "tokens ..."}
-  th:corpus:{r}:text      hash chunk id -> zlib-compressed chunk text
-  th:corpus:{r}:files     hash path -> JSON list of the chunk ids last fully indexed for it
-  th:corpus:{r}:version   counter bumped by every change, so readers know when to reload
+  th:corpus:{r}:segments   JSON [[segment id, documents], ...]: the live segments, in order
+  th:corpus:{r}:seg:{sid}  hash: one segment's arrays (shared/index/segments.py)
+  th:corpus:{r}:where      hash chunk id -> "sid:doc", where the chunk is live
+  th:corpus:{r}:dead       set of "sid:doc" removed since their segment was written
+  th:corpus:{r}:text       hash chunk id -> zlib-compressed chunk text (its only copy in Redis)
+  th:corpus:{r}:files      hash path -> JSON list of the chunk ids last fully indexed for it
+  th:corpus:{r}:next       counter: the last segment id handed out
+  th:corpus:{r}:lock       writers' lock over segments, where and dead
+  th:corpus:{r}:version    bumped by every change, so readers know when to look again
+
+Adding chunks writes one segment; removing one only marks it dead; merging (in the writer,
+after its change is visible) folds small segments into larger ones. Each change is one
+MULTI/EXEC, so a writer killed at any point leaves the previous or the next state.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
 import redis
 
 from shared.core import keys
-from shared.core.domain import Chunk, ChunkHit
-from shared.index.chunking import defined_names, names_defined_in
-from shared.index.tokens import tokenize
+from shared.core.domain import Chunk
+from shared.core.errors import TransientError
+from shared.index.segments import (
+    MAX_DEAD_SHARE,
+    Segment,
+    SegmentInfo,
+    merge,
+    merge_plan,
+    segment_of,
+)
+
+log = logging.getLogger(__name__)
+
+# Writers hold the lock for a few Redis round trips; a writer killed holding it delays the
+# others by at most this long.
+LOCK_TIMEOUT = 30.0
+LOCK_WAIT = 60.0
+# A segment replaced by a merge stays readable this long for readers that saw the old list.
+RETIRED_TTL = 300
+# Merges stop at this many documents per segment: one segment's largest array stays far below
+# Redis's 512 MB value limit, and a monorepo is a few such segments.
+MAX_SEGMENT_DOCS = 250_000
+MAX_MERGES_PER_CHANGE = 8
 
 
 @dataclass(frozen=True)
-class CorpusSnapshot:
+class CorpusState:
+    """The keyword index's shape at one version: which segments, which documents are dead."""
+
     version: int
-    ids: list[str]
-    meta: list[tuple[str, int, int]]  # path, start, end
-    tokens: list[list[str]]
-    names: list[list[str]]  # what each chunk defines (functions, classes, methods)
+    segments: list[SegmentInfo]
+    dead: dict[int, np.ndarray]  # segment id -> dead document indexes
+    legacy: bool = False  # a corpus in the format before segments, not yet converted
+
+    def info(self, sid: int) -> SegmentInfo | None:
+        return next((s for s in self.segments if s.sid == sid), None)
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 class RedisCorpus:
     def __init__(self, client: redis.Redis) -> None:
         self.r = client
 
+    # --- reading -------------------------------------------------------------------------
+
     def version(self, repo: str) -> int:
         return int(self.r.get(keys.corpus(repo, "version")) or 0)
+
+    def state(self, repo: str) -> CorpusState:
+        """Version, segment list and dead documents, read in one MULTI so they agree."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.get(keys.corpus(repo, "version"))
+        pipe.get(keys.corpus(repo, "segments"))
+        pipe.smembers(keys.corpus(repo, "dead"))
+        pipe.exists(keys.corpus(repo, "docs"))
+        version, listed, dead_members, legacy = pipe.execute()
+        dead: dict[int, list[int]] = {}
+        for m in dead_members:
+            sid, doc = _text(m).split(":")
+            dead.setdefault(int(sid), []).append(int(doc))
+        segments = [
+            SegmentInfo(sid, size, len(dead.get(sid, ())))
+            for sid, size in json.loads(listed or "[]")
+        ]
+        return CorpusState(
+            int(version or 0),
+            segments,
+            {sid: np.asarray(sorted(docs), dtype=np.int64) for sid, docs in dead.items()},
+            legacy=bool(legacy) and not segments,
+        )
+
+    def segment(self, repo: str, sid: int) -> Segment | None:
+        """A segment's arrays; None if a merge has retired it and its grace time ran out."""
+        raw = self.r.hgetall(keys.corpus_segment(repo, sid))
+        return Segment.from_fields(cast(dict[bytes | str, bytes], raw)) if raw else None
 
     def existing_ids(self, repo: str, ids: Sequence[str]) -> set[str]:
         if not ids:
             return set()
-        found = self.r.hmget(keys.corpus(repo, "docs"), list(ids))
+        found = self.r.hmget(keys.corpus(repo, "where"), list(ids))
         return {cid for cid, v in zip(ids, found, strict=True) if v is not None}
-
-    def add(self, repo: str, chunks: Sequence[Chunk]) -> None:
-        if not chunks:
-            return
-        docs: dict[Any, Any] = {
-            c.id: json.dumps(
-                {
-                    "p": c.path,
-                    "s": c.start_line,
-                    "e": c.end_line,
-                    "y": " ".join(defined_names(c)),
-                    "t": " ".join(tokenize(f"{c.path}\n{c.text}")),
-                }
-            )
-            for c in chunks
-        }
-        texts: dict[Any, Any] = {
-            c.id: zlib.compress(c.text.encode("utf-8", errors="replace")) for c in chunks
-        }
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hset(keys.corpus(repo, "docs"), mapping=docs)
-        pipe.hset(keys.corpus(repo, "text"), mapping=texts)
-        pipe.incr(keys.corpus(repo, "version"))
-        pipe.execute()
-
-    def delete(self, repo: str, ids: Sequence[str]) -> None:
-        if not ids:
-            return
-        pipe = self.r.pipeline(transaction=True)
-        pipe.hdel(keys.corpus(repo, "docs"), *ids)
-        pipe.hdel(keys.corpus(repo, "text"), *ids)
-        pipe.incr(keys.corpus(repo, "version"))
-        pipe.execute()
-
-    def file_ids(self, repo: str, path: str) -> list[str]:
-        raw = self.r.hget(keys.corpus(repo, "files"), path)
-        return json.loads(raw) if raw else []
-
-    def set_file_ids(self, repo: str, path: str, ids: Sequence[str]) -> None:
-        self.r.hset(keys.corpus(repo, "files"), path, json.dumps(list(ids)))
-
-    def forget_file(self, repo: str, path: str) -> None:
-        self.r.hdel(keys.corpus(repo, "files"), path)
-
-    def paths(self, repo: str) -> set[str]:
-        return {
-            p.decode() if isinstance(p, bytes) else p
-            for p in self.r.hkeys(keys.corpus(repo, "files"))
-        }
 
     def texts(self, repo: str, ids: Sequence[str]) -> list[str]:
         if not ids:
@@ -101,42 +120,189 @@ class RedisCorpus:
         raw = self.r.hmget(keys.corpus(repo, "text"), list(ids))
         return [zlib.decompress(cast(bytes, v)).decode("utf-8") if v else "" for v in raw]
 
-    def snapshot(self, repo: str) -> CorpusSnapshot:
-        """All documents at one version (read in one MULTI so the two agree)."""
-        pipe = self.r.pipeline(transaction=True)
-        pipe.get(keys.corpus(repo, "version"))
-        pipe.hgetall(keys.corpus(repo, "docs"))
-        version, docs = pipe.execute()
-        ids, meta, tokens, names = [], [], [], []
-        unnamed: list[int] = []
-        for cid, raw in docs.items():
-            d = json.loads(raw)
-            ids.append(cid.decode() if isinstance(cid, bytes) else cid)
-            meta.append((d["p"], int(d["s"]), int(d["e"])))
-            tokens.append(d["t"].split())
-            names.append(d["y"].split() if "y" in d else [])
-            if "y" not in d:
-                unnamed.append(len(ids) - 1)
-        if unnamed:  # indexed before names were kept: read them off the stored text
-            texts = self.texts(repo, [ids[i] for i in unnamed])
-            for i, text in zip(unnamed, texts, strict=True):
-                names[i] = names_defined_in(text)
-        return CorpusSnapshot(int(version or 0), ids, meta, tokens, names)
+    def file_ids(self, repo: str, path: str) -> list[str]:
+        raw = self.r.hget(keys.corpus(repo, "files"), path)
+        return json.loads(raw) if raw else []
 
-    def hits(
-        self, repo: str, ranked: Iterable[tuple[int, float]], snap: CorpusSnapshot
-    ) -> list[ChunkHit]:
-        ranked = list(ranked)
-        ids = [snap.ids[i] for i, _ in ranked]
-        texts = self.texts(repo, ids)
-        return [
-            ChunkHit(
-                chunk_id=snap.ids[i],
-                path=snap.meta[i][0],
-                start_line=snap.meta[i][1],
-                end_line=snap.meta[i][2],
-                text=text,
-                score=score,
+    def paths(self, repo: str) -> set[str]:
+        return {_text(p) for p in self.r.hkeys(keys.corpus(repo, "files"))}
+
+    # --- writing -------------------------------------------------------------------------
+
+    def set_file_ids(self, repo: str, path: str, ids: Sequence[str]) -> None:
+        self.r.hset(keys.corpus(repo, "files"), path, json.dumps(list(ids)))
+
+    def forget_file(self, repo: str, path: str) -> None:
+        self.r.hdel(keys.corpus(repo, "files"), path)
+
+    def _lock(self, repo: str) -> Any:
+        lock = self.r.lock(keys.corpus(repo, "lock"), timeout=LOCK_TIMEOUT)
+        if not lock.acquire(blocking_timeout=LOCK_WAIT):
+            raise TransientError(f"keyword index of {repo!r}: lock busy for {LOCK_WAIT:.0f} s")
+        return lock
+
+    def _listed(self, repo: str) -> list[list[int]]:
+        return cast(list[list[int]], json.loads(self.r.get(keys.corpus(repo, "segments")) or "[]"))
+
+    def add(self, repo: str, chunks: Sequence[Chunk]) -> None:
+        """Store ``chunks`` as one new segment; a chunk id stored before is replaced."""
+        chunks = list({c.id: c for c in chunks}.values())
+        if not chunks:
+            return
+        segment = segment_of(chunks)
+        texts: dict[Any, Any] = {
+            c.id: zlib.compress(c.text.encode("utf-8", errors="replace")) for c in chunks
+        }
+        lock = self._lock(repo)
+        try:
+            replaced = [
+                _text(v) for v in self.r.hmget(keys.corpus(repo, "where"), segment.ids) if v
+            ]
+            sid = int(self.r.incr(keys.corpus(repo, "next")))
+            listed = [*self._listed(repo), [sid, len(segment)]]
+            pipe = self.r.pipeline(transaction=True)
+            pipe.hset(keys.corpus_segment(repo, sid), mapping=cast(Any, segment.fields()))
+            pipe.hset(
+                keys.corpus(repo, "where"),
+                mapping={cid: f"{sid}:{i}" for i, cid in enumerate(segment.ids)},
             )
-            for (i, score), text in zip(ranked, texts, strict=True)
-        ]
+            if replaced:
+                pipe.sadd(keys.corpus(repo, "dead"), *replaced)
+            pipe.set(keys.corpus(repo, "segments"), json.dumps(listed))
+            pipe.hset(keys.corpus(repo, "text"), mapping=texts)
+            pipe.unlink(keys.corpus(repo, "docs"))  # the old format, superseded from here on
+            pipe.incr(keys.corpus(repo, "version"))
+            pipe.execute()
+        finally:
+            lock.release()
+        self.merge(repo)
+
+    def delete(self, repo: str, ids: Sequence[str]) -> None:
+        if not ids:
+            return
+        ids = list(dict.fromkeys(ids))
+        lock = self._lock(repo)
+        try:
+            where = [_text(v) for v in self.r.hmget(keys.corpus(repo, "where"), ids) if v]
+            pipe = self.r.pipeline(transaction=True)
+            pipe.hdel(keys.corpus(repo, "where"), *ids)
+            if where:
+                pipe.sadd(keys.corpus(repo, "dead"), *where)
+            pipe.hdel(keys.corpus(repo, "text"), *ids)
+            pipe.incr(keys.corpus(repo, "version"))
+            pipe.execute()
+        finally:
+            lock.release()
+        if where:
+            self.merge(repo)
+
+    # --- merging -------------------------------------------------------------------------
+
+    def merge(self, repo: str, *, everything: bool = False) -> int:
+        """Merge what :func:`merge_plan` asks for (with ``everything``: all segments, up to
+        MAX_SEGMENT_DOCS each, as after a full index); returns how many merges were made.
+
+        One process merges a repo at a time; the others skip, as the one merging will get to
+        their segments too. The merge is built outside the writers' lock, then committed
+        under it with the removals made meanwhile carried over.
+        """
+        token = self.r.set(keys.corpus(repo, "merging"), "1", nx=True, ex=int(LOCK_TIMEOUT * 4))
+        if not token:
+            return 0
+        done = 0
+        try:
+            for _ in range(MAX_MERGES_PER_CHANGE if not everything else 1_000):
+                state = self.state(repo)
+                plan = compaction(state) if everything else merge_plan(_mergeable(state))
+                if not plan:
+                    break
+                if self._merge(repo, state, plan):
+                    done += 1
+        finally:
+            self.r.delete(keys.corpus(repo, "merging"))
+        return done
+
+    def _merge(self, repo: str, state: CorpusState, sids: list[int]) -> bool:
+        parts: list[tuple[Segment, np.ndarray]] = []
+        for sid in sids:
+            seg = self.segment(repo, sid)
+            if seg is None:
+                return False
+            live = np.ones(len(seg), dtype=bool)
+            live[state.dead.get(sid, np.zeros(0, np.int64))] = False
+            parts.append((seg, live))
+        merged, moved = merge(parts)
+        lock = self._lock(repo)
+        try:
+            now = self.state(repo)
+            listed = self._listed(repo)
+            if not all(now.info(sid) for sid in sids):
+                return False  # another merge took these (never two at once, but be sure)
+            # Removals made since the merge was planned move over as dead documents of the
+            # merged segment, so nothing removed comes back.
+            later: list[int] = []
+            members: list[str] = []
+            for (sid, where), (_, live) in zip(zip(sids, moved, strict=True), parts, strict=True):
+                gone = now.dead.get(sid, np.zeros(0, np.int64))
+                members += [f"{sid}:{d}" for d in gone.tolist()]
+                later += [int(where[d]) for d in gone.tolist() if live[d]]
+            new_sid = int(self.r.incr(keys.corpus(repo, "next")))
+            at = min(i for i, (sid, _) in enumerate(listed) if sid in sids)
+            kept = [e for e in listed if e[0] not in sids]
+            if len(merged):
+                kept.insert(at, [new_sid, len(merged)])
+            later_set = set(later)
+            pipe = self.r.pipeline(transaction=True)
+            if len(merged):
+                pipe.hset(keys.corpus_segment(repo, new_sid), mapping=cast(Any, merged.fields()))
+                pipe.hset(
+                    keys.corpus(repo, "where"),
+                    mapping={
+                        cid: f"{new_sid}:{i}"
+                        for i, cid in enumerate(merged.ids)
+                        if i not in later_set
+                    },
+                )
+            if members:
+                pipe.srem(keys.corpus(repo, "dead"), *members)
+            if later:
+                pipe.sadd(keys.corpus(repo, "dead"), *(f"{new_sid}:{d}" for d in later))
+            for sid in sids:
+                pipe.expire(keys.corpus_segment(repo, sid), RETIRED_TTL)
+            pipe.set(keys.corpus(repo, "segments"), json.dumps(kept))
+            pipe.incr(keys.corpus(repo, "version"))
+            pipe.execute()
+        finally:
+            lock.release()
+        log.info(
+            "corpus.merged",
+            extra={"repo": repo, "segments": len(sids), "documents": len(merged)},
+        )
+        return True
+
+
+def _mergeable(state: CorpusState) -> list[SegmentInfo]:
+    """Segments a tier merge may take: full-size ones only get rewritten for their dead."""
+    return [
+        s
+        for s in state.segments
+        if s.size - s.dead < MAX_SEGMENT_DOCS or s.dead / max(s.size, 1) > MAX_DEAD_SHARE
+    ]
+
+
+def compaction(state: CorpusState) -> list[int]:
+    """The first run of neighbouring segments that can become one (at most MAX_SEGMENT_DOCS
+    live documents), or a lone segment holding dead documents; [] when there is none."""
+    run: list[int] = []
+    total = 0
+    for s in state.segments:
+        live = s.size - s.dead
+        if run and total + live > MAX_SEGMENT_DOCS:
+            if len(run) > 1 or state.dead.get(run[0]) is not None:
+                return run
+            run, total = [], 0
+        run.append(s.sid)
+        total += live
+    if len(run) > 1 or (run and state.dead.get(run[0]) is not None):
+        return run
+    return []

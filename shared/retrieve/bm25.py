@@ -7,15 +7,43 @@ query touches only those. The formula, its constants (k1, b, epsilon) and its id
 BM25Okapi's, and a repeated query token counts once per repetition, as there; tests/unit
 asserts the scores equal rank-bm25's on a real corpus. rank-bm25 stays the reference (and the
 eval's in-memory index).
+
+:class:`Postings` scores one list of documents; the keyword index spreads the same arithmetic
+over segments (``shared/retrieve/keywords.py``) with the statistics of the whole corpus.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+
+from shared.index.segments import invert
+
+K1, B, EPSILON = 1.5, 0.75, 0.25  # BM25Okapi's defaults
+
+
+def okapi_idf(df: np.ndarray, n: int, *, epsilon: float = EPSILON) -> np.ndarray:
+    """BM25Okapi's idf for each term's document frequency ``df`` (every one > 0) in ``n``
+    documents: log(n - df + 0.5) - log(df + 0.5), and where that is negative, ``epsilon``
+    times the average idf over the whole vocabulary."""
+    idf = np.log(n - df + 0.5) - np.log(df + 0.5)
+    if not len(idf):
+        return idf
+    floor = epsilon * float(idf.mean())
+    return np.where(idf < 0, floor, idf)
+
+
+def length_norms(lengths: np.ndarray, avgdl: float, *, k1: float = K1, b: float = B) -> np.ndarray:
+    """The k1 * (1 - b + b * |d| / avgdl) term of each document."""
+    return k1 * (1 - b + b * lengths / avgdl)
+
+
+def query_terms(query: Sequence[str]) -> Counter[str]:
+    """Each distinct query token with how often it occurs: BM25Okapi adds a term's share once
+    per repetition, so the share is multiplied by the count."""
+    return Counter(query)
 
 
 class Postings:
@@ -25,50 +53,29 @@ class Postings:
         self,
         docs: Sequence[Sequence[str]],
         *,
-        k1: float = 1.5,
-        b: float = 0.75,
-        epsilon: float = 0.25,
+        k1: float = K1,
+        b: float = B,
+        epsilon: float = EPSILON,
     ) -> None:
         if not docs:
             raise ValueError("BM25 needs at least one document")
+        inv = invert(docs)
         self.k1 = k1
         self.size = len(docs)
-        vocab: dict[str, int] = {}
-        terms: list[int] = []
-        tfs: list[int] = []
-        starts = np.empty(self.size + 1, dtype=np.int64)
-        starts[0] = 0
-        doc_len = np.empty(self.size, dtype=np.float64)
-        for d, doc in enumerate(docs):
-            counts = Counter(doc)
-            doc_len[d] = len(doc)
-            terms.extend(vocab.setdefault(w, len(vocab)) for w in counts)
-            tfs.extend(counts.values())
-            starts[d + 1] = len(terms)
-        term_of = np.asarray(terms, dtype=np.int32)
-        doc_of = np.repeat(np.arange(self.size, dtype=np.int32), np.diff(starts))
-        order = np.argsort(term_of, kind="stable")  # grouped by term, documents ascending
-        self.docs = doc_of[order]
-        self.tfs = np.asarray(tfs, dtype=np.int32)[order]
-        df = np.bincount(term_of, minlength=len(vocab))
-        self.indptr = np.concatenate(([0], np.cumsum(df))).astype(np.int64)
-        self.vocab = vocab
-        # BM25Okapi's idf: log(N - df + 0.5) - log(df + 0.5), with negative values replaced by
-        # epsilon times the average idf (summed in the same order, so the same float).
-        idf = [math.log(self.size - f + 0.5) - math.log(f + 0.5) for f in df.tolist()]
-        floor = epsilon * (sum(idf) / len(idf))
-        self.idf = np.asarray([v if v >= 0 else floor for v in idf], dtype=np.float64)
-        avgdl = float(doc_len.sum()) / self.size
-        self.norm = k1 * (1 - b + b * doc_len / avgdl)
+        self.vocab = {w: i for i, w in enumerate(inv.vocab)}
+        self.indptr, self.docs, self.tfs = inv.indptr, inv.docs, inv.tfs
+        self.idf = okapi_idf(np.diff(inv.indptr), self.size, epsilon=epsilon)
+        avgdl = float(inv.lengths.sum()) / self.size
+        self.norm = length_norms(inv.lengths, avgdl, k1=k1, b=b)
 
     def scores(self, query: Sequence[str]) -> np.ndarray:
         """One score per document, as ``BM25Okapi(docs).get_scores(query)`` gives them."""
         score = np.zeros(self.size)
-        for word in query:  # each repetition adds its share, as BM25Okapi's loop does
+        for word, times in query_terms(query).items():
             t = self.vocab.get(word)
             if t is None:
                 continue
             lo, hi = self.indptr[t], self.indptr[t + 1]
             docs, tf = self.docs[lo:hi], self.tfs[lo:hi]
-            score[docs] += self.idf[t] * (tf * (self.k1 + 1) / (tf + self.norm[docs]))
+            score[docs] += times * self.idf[t] * (tf * (self.k1 + 1) / (tf + self.norm[docs]))
         return score

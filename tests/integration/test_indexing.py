@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis
 
+from shared.core.errors import PermanentError
 from shared.core.pipeline import enqueue_file, enqueue_remove
 from shared.core.settings import Settings
 from shared.devtools.simulators.ollama import OllamaSimulator
@@ -103,8 +104,8 @@ def test_a_changed_file_reembeds_only_its_changed_chunks(
     assert 1 <= report.embedded <= 2
     inputs = [t for r in ollama_sim.requests_to("/api/embed") for t in r["body"]["input"]]
     assert all("shopapp/config.py" in t for t in inputs)
-    snap = corpus.snapshot(repo)
-    config_chunks = [m for m in snap.meta if m[0] == "shopapp/config.py"]
+    documents = BM25Index(corpus).current(repo).documents()
+    config_chunks = [d for d in documents if d[1] == "shopapp/config.py"]
     assert len(config_chunks) == len(corpus.file_ids(repo, "shopapp/config.py"))  # no stale
 
 
@@ -125,7 +126,7 @@ def test_deleted_files_leave_both_indexes(
 
     assert report.removed_files == [gone]
     assert gone not in paths_in_chroma(chroma, repo)
-    assert gone not in {m[0] for m in corpus.snapshot(repo).meta}
+    assert gone not in {d[1] for d in BM25Index(corpus).current(repo).documents()}
     hits = BM25Index(corpus).search(repo, "send order confirmation email notification", 50)
     assert gone not in {h.path for h in hits}
     assert BM25Index(corpus).defining(repo, ["EmailNotifier", "send_order_confirmation"]) == []
@@ -142,23 +143,38 @@ def test_the_keyword_index_finds_the_code_defining_a_name(
     assert "def load_settings" in hits[1].text
 
 
-def test_a_corpus_indexed_before_names_were_kept_still_finds_them(
+def test_a_corpus_in_the_format_before_segments_says_so_and_index_converts_it(
     sender: Any,
     settings: Settings,
     sample_copy: Path,
     corpus: RedisCorpus,
     redis_client: redis.Redis,
+    ollama_sim: OllamaSimulator,
 ) -> None:
+    """A keyword corpus written before segments (one JSON document per chunk) is not read as
+    an empty index in silence: search says to run `tracehound index`, which converts it
+    without embedding anything again."""
     repo = new_repo()
     index(sender, sample_copy, repo, settings)
-    docs_key = f"th:corpus:{repo}:docs"
-    for cid, raw in redis_client.hgetall(docs_key).items():
-        old = json.loads(raw)
-        del old["y"]  # the document layout before this field existed
-        redis_client.hset(docs_key, cid, json.dumps(old))
+    documents = BM25Index(corpus).current(repo).documents()
+    for part in ("segments", "where", "dead"):
+        redis_client.delete(f"th:corpus:{repo}:{part}")
+    redis_client.hset(
+        f"th:corpus:{repo}:docs",
+        mapping={cid: json.dumps({"p": p, "s": s, "e": e, "t": ""}) for cid, p, s, e in documents},
+    )
     redis_client.incr(f"th:corpus:{repo}:version")
+    with pytest.raises(PermanentError, match=r"format before segments.*tracehound index"):
+        BM25Index(corpus).search(repo, "send order confirmation", 5)
+
+    ollama_sim.clear_log()
+    report = index(sender, sample_copy, repo, settings)
+
+    assert report.embedded == 0 and not ollama_sim.requests_to("/api/embed")
+    assert not redis_client.exists(f"th:corpus:{repo}:docs")
     hits = BM25Index(corpus).defining(repo, ["send_order_confirmation"])
     assert [h.path for h in hits] == ["shopapp/notifications/email.py"]
+    assert sorted(BM25Index(corpus).current(repo).documents()) == sorted(documents)
 
 
 def test_binary_ignored_oversize_and_bad_utf8_files(
@@ -202,7 +218,7 @@ def test_index_file_and_remove_file_tasks_for_the_watcher(
 
     assert removed["removed_chunks"] == 1
     assert paths_in_chroma(chroma, repo) == set()
-    assert corpus.snapshot(repo).ids == []
+    assert BM25Index(corpus).current(repo).documents() == []
 
 
 def test_frames_find_a_file_indexed_after_the_last_query(sender: Any, corpus: RedisCorpus) -> None:

@@ -21,6 +21,7 @@ from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.corpus import RedisCorpus
 from shared.index.reindex import index_repository
 from shared.index.vectors import ChromaVectorIndex
+from shared.retrieve.keywords import BM25Index
 
 pytestmark = pytest.mark.integration
 
@@ -138,7 +139,7 @@ def test_an_editor_save_reindexes_the_target_and_never_the_temp_file(
             "config.py reindexed with the saved text",
         )
     assert not {p for p in corpus.paths(repo) if p.endswith((".tmp", ".swp", "~"))}
-    assert {m[0] for m in corpus.snapshot(repo).meta} <= corpus.paths(repo)
+    assert {d[1] for d in BM25Index(corpus).current(repo).documents()} <= corpus.paths(repo)
 
 
 def test_a_python_named_temp_file_renamed_at_once_is_never_indexed(
@@ -174,7 +175,7 @@ def test_a_deleted_file_leaves_both_indexes(
         assert gone in paths_in_chroma(chroma, repo)
         (sample_copy / gone).unlink()
         eventually(settled(w, lambda: gone not in corpus.paths(repo)), "money.py removed")
-    assert gone not in {m[0] for m in corpus.snapshot(repo).meta}
+    assert gone not in {d[1] for d in BM25Index(corpus).current(repo).documents()}
     assert gone not in paths_in_chroma(chroma, repo)
 
 

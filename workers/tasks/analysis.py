@@ -77,7 +77,8 @@ def retrieve(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             inv.query,
             inv.query_vector,
             vectors=ctx.vectors,
-            keywords=ctx.keywords,
+            # One version of the keyword index for the whole retrieve: BM25, frames, symbols.
+            keywords=ctx.keywords.current(inv.event.repo),
             depth=ctx.settings.candidate_depth,
             rrf_k=ctx.settings.rrf_k,
             degrade=not attempts_left(self),

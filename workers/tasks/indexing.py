@@ -111,6 +111,9 @@ def prune_repo(self: Any, repo: str, live_paths: list[str]) -> dict[str, Any]:
     ctx = context.clients()
     try:
         gone = prune(repo, live_paths, vectors=ctx.vectors, corpus=ctx.corpus)
+        # The end of a full index: its many per-batch segments become one (per 250k chunks),
+        # the fastest shape to load and to search.
+        ctx.corpus.merge(repo, everything=True)
     except TransientError as exc:
         raise retry(self, exc) from exc
     return {"repo": repo, "removed_files": gone}

@@ -1,0 +1,408 @@
+"""Retrieval at ~100k chunks: warm and cold latency, worker memory, freshness under watch.
+
+    python benchmarks/retrieval_scale.py [CORPORA_DIR] [--chunks 100000] [--runs 3]
+
+Builds (first time) or reuses a ~100k-chunk repo in ``.tracehound/bench-scale``: the Python
+sources of real sdists (astropy, scikit-learn, pytest, pylint, Sphinx, Flask, requests, then
+older versions of the big ones, as ``../shared/bench/fetch_corpus.py`` unpacks them) copied
+side by side into one tree, like a monorepo with vendored copies, indexed with
+``tracehound index`` through real workers into a private redis-server (append-only, kept) and
+chroma server, with the Ollama simulator's embeddings. The queries are 20 real bug reports on
+those projects from the dev cases (tracebacks and error messages), as the retrieve task gets
+them: ``build_query`` of the event, its embedding computed beforehand.
+
+Per run it measures:
+- warm: the retrieve stage (``hybrid_retrieve`` over Chroma, BM25, frames and symbols, exactly
+  as the task calls it) in this process, p50 and p95 over the 20 queries;
+- cold: a fresh Python process that imports the worker like a worker does, then its first
+  retrieve (the keyword index loaded from Redis), and its RSS after the 20 queries;
+- freshness: with ``tracehound watch`` running on the tree, a function with a new name is
+  appended to a file; the time until BM25 finds that file for the name and Chroma holds the
+  new chunk (model time is the simulator's, ~0);
+- and, in the same run, two references on the same data: the seed's approach (BM25Okapi over
+  2,000 chunks fetched per query) and a full BM25Okapi rebuild over every chunk per query.
+
+Prints the median of the runs with the range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np
+import redis
+
+from shared.core.pipeline import sender_app
+from shared.core.settings import Settings
+from shared.devtools.localstack import (
+    Proc,
+    spawn,
+    start_chroma,
+    start_redis,
+    start_worker,
+    tracehound_executable,
+    wait_for_consumers,
+    wait_until,
+)
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.index.chunking import chunk_file, language_of
+from shared.index.corpus import RedisCorpus
+from shared.index.reindex import index_repository
+from shared.index.tokens import tokenize
+from shared.index.vectors import ChromaVectorIndex
+from shared.intake.events import ErrorEvent, from_text
+from shared.models.embedder import OllamaEmbedder
+from shared.retrieve.hybrid import hybrid_retrieve
+from shared.retrieve.keywords import BM25Index
+from shared.retrieve.priors import PathPrior
+from shared.retrieve.query import build_query
+
+CASES = ROOT.parent / "shared" / "bench" / "cases-dev.jsonl"
+DATA = ROOT / ".tracehound" / "bench-scale"
+REPO = "scale"
+PROJECTS = [  # until the target: distinct projects first, then older versions of the big ones
+    "astropy-5.3",
+    "scikit-learn-1.3.0",
+    "pytest-8.0.0",
+    "pylint-2.15.0",
+    "Sphinx-3.1.0",
+    "Flask-2.2.3",
+    "requests-2.10.0",
+    "astropy-4.3",
+    "scikit-learn-0.22",
+    "astropy-3.0.4",
+    "scikit-learn-0.20.3",
+    "pytest-6.2.5",
+    "pylint-2.14.0",
+    "astropy-1.3",
+    "scikit-learn-0.19.1",
+    "pytest-5.4.0",
+    "astropy-5.0.8",
+    "scikit-learn-1.2.1",
+    "astropy-5.2",
+]
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def fmt(values: list[float], unit: str, digits: int = 0) -> str:
+    med, lo, hi = statistics.median(values), min(values), max(values)
+    if len(values) == 1 or lo == hi:
+        return f"{med:,.{digits}f} {unit}"
+    return f"{med:,.{digits}f} {unit} ({lo:,.{digits}f}–{hi:,.{digits}f})"
+
+
+def build_tree(corpora: Path, tree: Path, target: int) -> int:
+    """Copy whole projects' Python sources into ``tree`` until ``target`` chunks; returns the
+    chunk count (as ``tracehound index`` will chunk them)."""
+    marker = tree / ".chunks"
+    if marker.exists():
+        return int(marker.read_text())
+    if tree.exists():
+        shutil.rmtree(tree)
+    total = 0
+    for project in PROJECTS:
+        src = corpora / project
+        if not src.is_dir():
+            continue
+        for path in sorted(src.rglob("*.py")):
+            if not path.is_file() or language_of(path.name) is None:
+                continue
+            rel = path.relative_to(corpora)
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            total += len(chunk_file(REPO, str(rel), text))
+            dest = tree / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest)
+        if total >= target:
+            break
+    marker.write_text(str(total))
+    return total
+
+
+def queries(n: int) -> list[str]:
+    names = {p.rsplit("-", 1)[0] for p in PROJECTS}
+    cases = [json.loads(line) for line in CASES.read_text().splitlines() if line.strip()]
+    chosen = [c for c in cases if c["pypi_name"] in names][:n]
+    out = []
+    for c in chosen:
+        event = from_text(c["query"], origin="sent", service=REPO, repo=REPO, level="ERROR")
+        assert isinstance(event, ErrorEvent)
+        out.append(build_query(event))
+    return out
+
+
+@functools.cache
+def settings() -> Settings:
+    return Settings()
+
+
+def retrieve(index: BM25Index, vectors: ChromaVectorIndex, query: str, vector: list[float]) -> Any:
+    """What the retrieve task does (``workers/tasks/analysis.py``), minus the task."""
+    return hybrid_retrieve(
+        REPO,
+        query,
+        vector,
+        vectors=vectors,
+        keywords=index.current(REPO),
+        depth=settings().candidate_depth,
+        rrf_k=settings().rrf_k,
+        prior=PathPrior.from_settings(settings()),
+    )
+
+
+def probe(args: argparse.Namespace) -> int:
+    """The cold worker: imports like a worker, then its first retrieves; prints JSON."""
+    t0 = time.perf_counter()
+    import workers.app  # noqa: F401  (the worker's whole import: celery, chromadb, tasks)
+    from workers.context import Clients
+
+    imported = time.perf_counter() - t0
+    work = json.loads(Path(args.probe).read_text())
+    clients = Clients(Settings())
+    t = time.perf_counter()
+    retrieve(clients.keywords, clients.vectors, work["queries"][0], work["vectors"][0])
+    cold = time.perf_counter() - t
+    for q, v in zip(work["queries"], work["vectors"], strict=True):
+        retrieve(clients.keywords, clients.vectors, q, v)
+    status = Path("/proc/self/status").read_text()
+
+    def kb(field: str) -> float:
+        line = next(x for x in status.splitlines() if x.startswith(field))
+        return int(line.split()[1]) / 1024
+
+    print(json.dumps({"import": imported, "cold": cold, "rss": kb("VmRSS"), "peak": kb("VmHWM")}))
+    return 0
+
+
+def seed_approach(vectors: ChromaVectorIndex, query: str) -> None:
+    """The seed's BM25: 2,000 chunks fetched from Chroma, BM25Okapi built over them per query."""
+    from rank_bm25 import BM25Okapi
+
+    col = vectors._collection(REPO)
+    got = col.get(limit=2000, include=["documents", "metadatas"])
+    docs = [
+        tokenize(f"{m['path']}\n{d}")
+        for d, m in zip(got["documents"], got["metadatas"], strict=True)
+    ]
+    BM25Okapi(docs).get_scores(tokenize(query))
+
+
+def full_rebuild(corpus: RedisCorpus, query: str) -> None:
+    """BM25Okapi rebuilt over every chunk for one query (the arithmetic the index keeps)."""
+    from rank_bm25 import BM25Okapi
+
+    state = corpus.state(REPO)
+    docs: list[list[str]] = []
+    for info in state.segments:
+        seg = corpus.segment(REPO, info.sid)
+        assert seg is not None
+        p = seg.postings
+        per_doc: list[list[str]] = [[] for _ in range(len(seg))]
+        terms = seg.term_of_postings()
+        for t, d, tf in zip(terms.tolist(), p.docs.tolist(), p.tfs.tolist(), strict=True):
+            per_doc[d].extend([p.vocab[t]] * tf)
+        dead = set(state.dead.get(info.sid, np.zeros(0)).tolist())
+        docs += [doc for i, doc in enumerate(per_doc) if i not in dead]
+    BM25Okapi(docs).get_scores(tokenize(query))
+
+
+def freshness(
+    tree: Path, index: BM25Index, vectors: ChromaVectorIndex, rng: random.Random
+) -> float:
+    """Seconds from saving a new function to BM25 ranking its file first for the function's
+    name and Chroma holding its chunk."""
+    files = sorted(p for p in (tree / PROJECTS[0]).rglob("*.py") if p.stat().st_size > 2000)
+    target = rng.choice(files)
+    rel = str(target.relative_to(tree))
+    name = f"reconcile_ledger_{rng.randrange(10**9)}"
+    body = f"\n\ndef {name}(entries):\n    return sum(e.amount for e in entries)\n"
+    t0 = time.monotonic()
+    with target.open("a") as f:
+        f.write(body)
+    bm25_at = vector_at = None
+    col = vectors._collection(REPO)
+    while time.monotonic() - t0 < 120 and (bm25_at is None or vector_at is None):
+        if bm25_at is None:
+            hits = index.search(REPO, name, 3)
+            if hits and hits[0].path == rel and name in hits[0].text:
+                bm25_at = time.monotonic() - t0
+        if vector_at is None:
+            got = col.get(where={"path": rel}, include=["documents"])
+            if any(name in (d or "") for d in got["documents"]):
+                vector_at = time.monotonic() - t0
+        time.sleep(0.02)
+    if bm25_at is None or vector_at is None:
+        raise TimeoutError(
+            f"{rel}: not searchable after 120 s (bm25 {bm25_at}, vector {vector_at})"
+        )
+    return max(bm25_at, vector_at)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("corpora", nargs="?", default=str(Path.home() / "tracehound-corpora"))
+    ap.add_argument("--chunks", type=int, default=100_000)
+    ap.add_argument("--queries", type=int, default=20)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--rebuild-queries", type=int, default=2)
+    ap.add_argument("--probe", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.probe:
+        return probe(args)
+    corpora = Path(args.corpora)
+    if not corpora.is_dir():
+        print(f"no corpora at {corpora}: build them with {CASES.parent}/fetch_corpus.py")
+        return 2
+    DATA.mkdir(parents=True, exist_ok=True)
+    tree = DATA / "repo"
+    chunks = build_tree(corpora, tree, args.chunks)
+    print(f"tree: {tree} ({chunks:,} chunks by the chunker)")
+    procs: list[Proc] = []
+    rng = random.Random(13)
+    with OllamaSimulator() as ollama:
+        try:
+            # Fixed ports per data dir would collide across runs; the data itself is kept.
+            redis_proc, redis_url = start_redis(DATA, appendonly=True)
+            procs.append(redis_proc)
+            chroma_proc, chroma_url = start_chroma(DATA)
+            procs.append(chroma_proc)
+            env = {
+                "TRACEHOUND_REDIS_URL": redis_url,
+                "TRACEHOUND_CHROMA_URL": chroma_url,
+                "TRACEHOUND_OLLAMA_URL": ollama.url,
+                "TRACEHOUND_DATA_DIR": str(DATA),
+            }
+            os.environ.update(env)
+            for name, qs, c in (("embed", ("embed",), 1), ("cpu", ("index", "retrieve"), 2)):
+                procs.append(start_worker(name, qs, c, DATA, env))
+            wait_for_consumers(redis_url, ["embed", "index"])
+            r = redis.Redis.from_url(redis_url)
+            corpus = RedisCorpus(r)
+            state = corpus.state(REPO)
+            indexed = sum(s.size - s.dead for s in state.segments)
+            if indexed < chunks * 0.95:
+                app = sender_app(settings())
+                t = time.perf_counter()
+                report = index_repository(
+                    app, tree, REPO, max_bytes=settings().max_file_bytes, timeout=7200
+                )
+                print(
+                    f"indexed {report.files:,} files, {report.chunks:,} chunks in "
+                    f"{time.perf_counter() - t:,.0f} s"
+                )
+                state = corpus.state(REPO)
+                indexed = sum(s.size - s.dead for s in state.segments)
+            print(f"keyword index: {indexed:,} live chunks in {len(state.segments)} segment(s)")
+            info = r.info("memory")
+            print(f"redis used memory: {info['used_memory'] / 2**20:,.0f} MiB")
+
+            texts = queries(args.queries)
+            embedder = OllamaEmbedder(settings().ollama_url, settings().embed_model)
+            vecs = embedder.embed([settings().embed_query_prefix + q for q in texts])
+            work = DATA / "probe.json"
+            work.write_text(json.dumps({"queries": texts, "vectors": vecs}))
+            vectors = ChromaVectorIndex(url=chroma_url)
+            index = BM25Index(corpus)
+
+            watch = spawn(
+                "watch",
+                [tracehound_executable(), "watch", str(tree), "--repo", REPO],
+                DATA / "logs",
+                env=env,
+            )
+            procs.append(watch)
+            wait_until(
+                lambda: "watch.start" in watch.log_path.read_text(errors="replace"), 600, "watch"
+            )
+
+            rows: dict[str, list[float]] = {
+                k: []
+                for k in ("p50", "p95", "cold", "import", "rss", "peak", "fresh", "seed", "rebuild")
+            }
+            for run in range(args.runs):
+                retrieve(index, vectors, texts[0], vecs[0])  # warm
+                times = []
+                for q, v in zip(texts, vecs, strict=True):
+                    t = time.perf_counter()
+                    retrieve(index, vectors, q, v)
+                    times.append((time.perf_counter() - t) * 1000)
+                rows["p50"].append(pct(times, 0.5))
+                rows["p95"].append(pct(times, 0.95))
+                out = subprocess.run(
+                    [sys.executable, __file__, "--probe", str(work)],
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, **env},
+                    check=True,
+                )
+                probed = json.loads(out.stdout.strip().splitlines()[-1])
+                rows["cold"].append(probed["cold"] * 1000)
+                rows["import"].append(probed["import"] * 1000)
+                rows["rss"].append(probed["rss"])
+                rows["peak"].append(probed["peak"])
+                rows["fresh"].append(freshness(tree, index, vectors, rng))
+                seed = []
+                for q in texts:
+                    t = time.perf_counter()
+                    seed_approach(vectors, q)
+                    seed.append((time.perf_counter() - t) * 1000)
+                rows["seed"].append(pct(seed, 0.5))
+                rebuild = []
+                for q in texts[: args.rebuild_queries]:
+                    t = time.perf_counter()
+                    full_rebuild(corpus, q)
+                    rebuild.append((time.perf_counter() - t) * 1000)
+                rows["rebuild"].append(statistics.median(rebuild))
+                print(
+                    f"run {run + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rows.items()),
+                    flush=True,
+                )
+        finally:
+            for p in reversed(procs):
+                p.stop()
+    print()
+    print(f"{indexed:,} chunks, {len(texts)} queries, median of {args.runs} runs (range)")
+    table = [
+        ("retrieve warm, p50", "≤ 100 ms", fmt(rows["p50"], "ms")),
+        ("retrieve warm, p95", "≤ 250 ms", fmt(rows["p95"], "ms")),
+        (
+            "first retrieve in a new worker process (imports before it)",
+            "≤ 2 s",
+            f"{fmt(rows['cold'], 'ms')} ({fmt(rows['import'], 'ms')})",
+        ),
+        (
+            "worker process RSS after the queries (peak)",
+            "≤ 300 MB",
+            f"{fmt(rows['rss'], 'MB')} ({fmt(rows['peak'], 'MB')})",
+        ),
+        ("file saved → found by BM25 and in Chroma", "≤ 2 s", fmt(rows["fresh"], "s", 2)),
+        ("reference: seed approach (2,000 chunks), p50", "—", fmt(rows["seed"], "ms")),
+        ("reference: BM25Okapi rebuilt per query", "—", fmt(rows["rebuild"], "ms")),
+    ]
+    print("| figure | goal | measured |")
+    print("|---|---|---|")
+    for row in table:
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,241 @@
+"""Keyword-index segments: immutable inverted indexes of a batch of chunks, merged over time.
+
+The keyword index of a repo is a list of segments (as in Lucene): each ``corpus.add`` writes
+one segment holding its chunks' postings, a removed chunk is only marked dead, and small
+segments are merged into larger ones in the background of indexing (:func:`merge_plan`). A
+worker therefore loads a new segment when the index changes, never the whole corpus, and the
+segments are compact arrays that load without parsing.
+
+A segment is stored as one Redis hash of byte strings (:meth:`Segment.fields`); string lists
+are joined by NUL, which neither chunk ids, paths nor tokens contain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from shared.core.domain import Chunk
+from shared.index.chunking import defined_names
+from shared.index.tokens import tokenize
+
+FORMAT = b"1"
+SEP = "\0"
+# Segments within one power of MERGE_FACTOR in size form a tier; a tier holding this many is
+# merged into one. Fewer segments means fewer postings lookups per query term, more merging.
+MERGE_FACTOR = 6
+# A segment with more dead chunks than live ones is rewritten even if its tier is not full.
+MAX_DEAD_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Inverted:
+    """Postings of a list of token lists: for local term t, documents
+    ``docs[indptr[t]:indptr[t+1]]`` (ascending) with term frequencies ``tfs[...]``."""
+
+    vocab: list[str]
+    indptr: np.ndarray  # int64, len(vocab) + 1
+    docs: np.ndarray  # int32
+    tfs: np.ndarray  # int32
+    lengths: np.ndarray  # int32, tokens per document (repetitions counted)
+
+
+def invert(docs: Sequence[Sequence[str]]) -> Inverted:
+    vocab: dict[str, int] = {}
+    terms: list[int] = []
+    tfs: list[int] = []
+    per_doc = np.zeros(len(docs), dtype=np.int64)
+    lengths = np.empty(len(docs), dtype=np.int32)
+    for d, doc in enumerate(docs):
+        counts = Counter(doc)
+        lengths[d] = len(doc)
+        terms.extend(vocab.setdefault(w, len(vocab)) for w in counts)
+        tfs.extend(counts.values())
+        per_doc[d] = len(counts)
+    term_of = np.asarray(terms, dtype=np.int32)
+    doc_of = np.repeat(np.arange(len(docs), dtype=np.int32), per_doc)
+    order = np.argsort(term_of, kind="stable")  # grouped by term, documents ascending
+    df = np.bincount(term_of, minlength=len(vocab))
+    return Inverted(
+        vocab=list(vocab),
+        indptr=np.concatenate(([0], np.cumsum(df))).astype(np.int64),
+        docs=doc_of[order],
+        tfs=np.asarray(tfs, dtype=np.int32)[order],
+        lengths=lengths,
+    )
+
+
+def chunk_tokens(chunk: Chunk) -> list[str]:
+    """What BM25 indexes of a chunk: its path and its text."""
+    return tokenize(f"{chunk.path}\n{chunk.text}")
+
+
+@dataclass(frozen=True)
+class Segment:
+    ids: list[str]
+    paths: list[str]  # distinct paths; path_of indexes them
+    path_of: np.ndarray  # int32 per document
+    starts: np.ndarray  # int32 per document
+    ends: np.ndarray  # int32 per document
+    names: list[list[str]]  # what each document defines (functions, classes, methods)
+    postings: Inverted
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def term_of_postings(self) -> np.ndarray:
+        """The local term of every posting (postings are grouped by term)."""
+        p = self.postings
+        return np.repeat(np.arange(len(p.vocab), dtype=np.int32), np.diff(p.indptr))
+
+    def fields(self) -> dict[str, bytes]:
+        p = self.postings
+        return {
+            "format": FORMAT,
+            "ids": SEP.join(self.ids).encode(),
+            "paths": SEP.join(self.paths).encode("utf-8", errors="surrogateescape"),
+            "path_of": _bytes(self.path_of, "<i4"),
+            "starts": _bytes(self.starts, "<i4"),
+            "ends": _bytes(self.ends, "<i4"),
+            "names": SEP.join(" ".join(n) for n in self.names).encode(),
+            "vocab": SEP.join(p.vocab).encode(),
+            "indptr": _bytes(p.indptr, "<i8"),
+            "docs": _bytes(p.docs, "<i4"),
+            "tfs": _bytes(p.tfs, "<i4"),
+            "lengths": _bytes(p.lengths, "<i4"),
+        }
+
+    @classmethod
+    def from_fields(cls, raw: Mapping[bytes | str, bytes]) -> Segment:
+        f = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
+        if f.get("format") != FORMAT:
+            raise ValueError(f"unknown keyword segment format {f.get('format')!r}")
+        n = len(np.frombuffer(f["starts"], dtype="<i4"))
+        return cls(
+            ids=_strings(f["ids"], n),
+            paths=_strings(f["paths"], None, errors="surrogateescape"),
+            path_of=np.frombuffer(f["path_of"], dtype="<i4"),
+            starts=np.frombuffer(f["starts"], dtype="<i4"),
+            ends=np.frombuffer(f["ends"], dtype="<i4"),
+            names=[s.split() for s in _strings(f["names"], n)],
+            postings=Inverted(
+                vocab=_strings(f["vocab"], None),
+                indptr=np.frombuffer(f["indptr"], dtype="<i8"),
+                docs=np.frombuffer(f["docs"], dtype="<i4"),
+                tfs=np.frombuffer(f["tfs"], dtype="<i4"),
+                lengths=np.frombuffer(f["lengths"], dtype="<i4"),
+            ),
+        )
+
+
+def _bytes(a: np.ndarray, dtype: str) -> bytes:
+    return np.ascontiguousarray(a, dtype=dtype).tobytes()
+
+
+def _strings(raw: bytes, n: int | None, *, errors: str = "strict") -> list[str]:
+    text = raw.decode("utf-8", errors=errors)
+    if n == 0 or (n is None and not text):
+        return []
+    return text.split(SEP)
+
+
+def segment_of(chunks: Sequence[Chunk]) -> Segment:
+    """The segment indexing ``chunks`` (one document per chunk, in order)."""
+    paths: dict[str, int] = {}
+    path_of = np.asarray([paths.setdefault(c.path, len(paths)) for c in chunks], dtype=np.int32)
+    return Segment(
+        ids=[c.id for c in chunks],
+        paths=list(paths),
+        path_of=path_of,
+        starts=np.asarray([c.start_line for c in chunks], dtype=np.int32),
+        ends=np.asarray([c.end_line for c in chunks], dtype=np.int32),
+        names=[defined_names(c) for c in chunks],
+        postings=invert([chunk_tokens(c) for c in chunks]),
+    )
+
+
+def merge(parts: Sequence[tuple[Segment, np.ndarray]]) -> tuple[Segment, list[np.ndarray]]:
+    """One segment holding the live documents of ``parts`` ((segment, live mask) pairs), in
+    order; and per part, each old document's index in the merged segment (-1 when dead)."""
+    ids: list[str] = []
+    names: list[list[str]] = []
+    path_index: dict[str, int] = {}
+    vocab: dict[str, int] = {}
+    path_of, starts, ends, lengths, term, doc, tf, moved = [], [], [], [], [], [], [], []
+    base = 0
+    for seg, live in parts:
+        keep = np.flatnonzero(live)
+        where = np.full(len(seg), -1, dtype=np.int32)
+        where[keep] = np.arange(base, base + len(keep), dtype=np.int32)
+        moved.append(where)
+        base += len(keep)
+        ids.extend(seg.ids[i] for i in keep)
+        names.extend(seg.names[i] for i in keep)
+        pmap = np.asarray([path_index.setdefault(p, len(path_index)) for p in seg.paths], np.int32)
+        path_of.append(pmap[seg.path_of[keep]] if len(pmap) else seg.path_of[keep])
+        starts.append(seg.starts[keep])
+        ends.append(seg.ends[keep])
+        lengths.append(seg.postings.lengths[keep])
+        tmap = np.asarray([vocab.setdefault(w, len(vocab)) for w in seg.postings.vocab], np.int32)
+        new_doc = where[seg.postings.docs]
+        alive = new_doc >= 0
+        term.append(tmap[seg.term_of_postings()[alive]] if len(tmap) else new_doc[alive])
+        doc.append(new_doc[alive])
+        tf.append(seg.postings.tfs[alive])
+    terms, docs, tfs = (np.concatenate(a) if a else np.zeros(0, np.int32) for a in (term, doc, tf))
+    # Terms only dead documents held are dropped from the vocabulary; as they have no postings,
+    # the others keep their order and the postings stay grouped by term.
+    df = np.bincount(terms, minlength=len(vocab))
+    used = df > 0
+    order = np.lexsort((docs, terms))
+    merged = Segment(
+        ids=ids,
+        paths=list(path_index),
+        path_of=_cat(path_of),
+        starts=_cat(starts),
+        ends=_cat(ends),
+        names=names,
+        postings=Inverted(
+            vocab=[w for w, u in zip(vocab, used.tolist(), strict=True) if u],
+            indptr=np.concatenate(([0], np.cumsum(df[used]))).astype(np.int64),
+            docs=docs[order].astype(np.int32),
+            tfs=tfs[order].astype(np.int32),
+            lengths=_cat(lengths),
+        ),
+    )
+    return merged, moved
+
+
+def _cat(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays).astype(np.int32) if arrays else np.zeros(0, np.int32)
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    sid: int
+    size: int  # documents written
+    dead: int  # of which removed since
+
+
+def merge_plan(segments: Sequence[SegmentInfo], *, factor: int = MERGE_FACTOR) -> list[int]:
+    """Which segments to merge next, by id; [] when none needs it.
+
+    Segments whose live sizes are within one power of ``factor`` form a tier, and a tier with
+    ``factor`` segments is merged (the smallest such tier first): each document is rewritten
+    about log_factor(N) times over the index's life, and there are at most ``factor - 1``
+    segments per tier. A segment mostly dead is rewritten to drop its dead documents.
+    """
+    tiers: dict[int, list[int]] = {}
+    for s in segments:
+        live = s.size - s.dead
+        if s.size and (live == 0 or s.dead / s.size > MAX_DEAD_SHARE):
+            return [s.sid]
+        tiers.setdefault(int(math.log(max(live, 1), factor)), []).append(s.sid)
+    for _, sids in sorted(tiers.items()):
+        if len(sids) >= factor:
+            return sids
+    return []

@@ -1,0 +1,234 @@
+"""The keyword index in a real Redis: BM25Okapi's exact scores through every kind of change,
+segments loaded one at a time, and no removed chunk coming back."""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+from rank_bm25 import BM25Okapi
+
+from shared.core.domain import Chunk
+from shared.index.chunking import chunk_file
+from shared.index.corpus import RedisCorpus
+from shared.index.segments import Segment, chunk_tokens
+from shared.index.tokens import tokenize
+from shared.retrieve.keywords import BM25Index, KeywordView
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ROOT / "tests" / "data" / "traces"
+REPO = "kw"
+
+
+@pytest.fixture(scope="module")
+def code() -> list[Chunk]:
+    """Chunks of this repository's own sources and the sample service: real code."""
+    out: list[Chunk] = []
+    for folder in ("shared", "producers", "workers", "tests/data/sample-service"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            out += chunk_file(REPO, str(path.relative_to(ROOT)), text)
+    return out
+
+
+def queries() -> list[list[str]]:
+    return [
+        *(tokenize(p.read_text(encoding="utf-8")) for p in sorted(TRACES.glob("*.log"))),
+        tokenize("KeyError: 'redelivery_after' in celery_config"),
+        ["self", "self", "def", "return"],  # terms in most chunks: the idf floor
+    ]
+
+
+def scores_by_id(view: KeywordView, query: list[str]) -> dict[str, float]:
+    scores = view.scores(query)
+    ids = [d[0] for d in view.documents()]
+    live = np.flatnonzero(view.live)
+    assert len(live) == len(ids)
+    return {cid: float(scores[i]) for cid, i in zip(ids, live.tolist(), strict=True)}
+
+
+def assert_same_as_bm25okapi(view: KeywordView, live: dict[str, Chunk]) -> None:
+    ids = sorted(live)
+    reference = BM25Okapi([chunk_tokens(live[c]) for c in ids])
+    for query in queries():
+        expected = dict(zip(ids, reference.get_scores(query).tolist(), strict=True))
+        got = scores_by_id(view, query)
+        assert got.keys() == expected.keys()
+        np.testing.assert_allclose(
+            [got[c] for c in ids], [expected[c] for c in ids], rtol=0, atol=1e-6
+        )
+
+        def top(s: dict[str, float]) -> list[str]:
+            return sorted(s, key=lambda cid: (-round(s[cid], 9), cid))[:50]
+
+        assert top(got) == top(expected)
+
+
+def test_scores_equal_bm25okapi_through_adds_removals_merges_and_compaction(
+    fresh_redis: redis.Redis, code: list[Chunk]
+) -> None:
+    corpus, index = RedisCorpus(fresh_redis), BM25Index(RedisCorpus(fresh_redis))
+    rng = random.Random(7)
+    live: dict[str, Chunk] = {}
+    seen_segments, seen_dead, checks = 0, 0, 0
+    at = 0
+    while at < len(code):
+        batch = code[at : at + rng.choice([1, 2, 9, 60, 150])]
+        at += len(batch)
+        corpus.add(REPO, batch)
+        live.update((c.id, c) for c in batch)
+        if rng.random() < 0.4:
+            gone = rng.sample(sorted(live), min(len(live) - 1, rng.choice([1, 4, 25])))
+            corpus.delete(REPO, gone)
+            for cid in gone:
+                live.pop(cid)
+        if rng.random() < 0.25 or at >= len(code):
+            state = corpus.state(REPO)
+            seen_segments = max(seen_segments, len(state.segments))
+            seen_dead = max(seen_dead, sum(s.dead for s in state.segments))
+            assert_same_as_bm25okapi(index.current(REPO), live)  # the same reader, kept warm
+            checks += 1
+    assert checks >= 3 and seen_segments >= 3 and seen_dead > 0, "the run must exercise these"
+    readded = [c for c in code[:40] if c.id not in live]
+    corpus.add(REPO, readded)
+    live.update((c.id, c) for c in readded)
+    assert_same_as_bm25okapi(index.current(REPO), live)
+
+    assert corpus.merge(REPO, everything=True) >= 1
+
+    state = corpus.state(REPO)
+    assert len(state.segments) == 1 and not state.dead
+    assert_same_as_bm25okapi(index.current(REPO), live)
+    assert_same_as_bm25okapi(BM25Index(corpus).current(REPO), live)  # a new worker, cold
+    assert corpus.existing_ids(REPO, list(live)) == set(live)
+
+
+class CountingCorpus(RedisCorpus):
+    def __init__(self, client: redis.Redis) -> None:
+        super().__init__(client)
+        self.loaded: list[int] = []
+
+    def segment(self, repo: str, sid: int) -> Segment | None:
+        self.loaded.append(sid)
+        return super().segment(repo, sid)
+
+
+def test_a_warm_worker_loads_only_what_changed(fresh_redis: redis.Redis, code: list[Chunk]) -> None:
+    writer = RedisCorpus(fresh_redis)
+    writer.add(REPO, code[:600])
+    writer.merge(REPO, everything=True)
+    counting = CountingCorpus(fresh_redis)
+    index = BM25Index(counting)
+    assert index.search(REPO, "redelivery_after celery", 5)
+    counting.loaded.clear()
+    new = chunk_file(REPO, "billing/coupons.py", "def allocate_coupon_xq7(order):\n    pass\n")
+
+    writer.add(REPO, new)
+    hits = index.search(REPO, "allocate_coupon_xq7", 5)
+
+    assert hits[0].path == "billing/coupons.py"
+    assert counting.loaded == [max(s.sid for s in writer.state(REPO).segments)]
+    counting.loaded.clear()
+
+    writer.delete(REPO, [new[0].id])
+
+    assert "billing/coupons.py" not in {
+        h.path for h in index.search(REPO, "allocate_coupon_xq7", 5)
+    }
+    assert counting.loaded == []  # a removal loads nothing: the chunk is only marked dead
+    view = index.current(REPO)
+    assert view is index.current(REPO)  # unchanged index: the same view, one GET to know it
+
+
+def test_a_removal_made_while_a_merge_is_built_stays_removed(
+    fresh_redis: redis.Redis, code: list[Chunk]
+) -> None:
+    corpus = RedisCorpus(fresh_redis)
+    for lo in range(0, 300, 50):
+        corpus.add(REPO, code[lo : lo + 50])
+    corpus.delete(REPO, [code[3].id])
+    before = corpus.state(REPO)  # the merge is planned on this state...
+    victim = code[120]
+    corpus.delete(REPO, [victim.id])  # ...and this removal lands before it commits
+
+    assert corpus._merge(REPO, before, [s.sid for s in before.segments])
+
+    view = BM25Index(corpus).current(REPO)
+    ids = {d[0] for d in view.documents()}
+    assert victim.id not in ids and code[3].id not in ids
+    assert len(ids) == 298
+    assert corpus.existing_ids(REPO, [victim.id, code[4].id]) == {code[4].id}
+    query = chunk_tokens(victim)
+    assert victim.id not in scores_by_id(view, query)
+
+
+def test_a_reader_that_saw_the_segments_before_a_merge_reads_the_merged_one(
+    fresh_redis: redis.Redis, code: list[Chunk]
+) -> None:
+    corpus = RedisCorpus(fresh_redis)
+    for lo in range(0, 400, 40):
+        corpus.add(REPO, code[lo : lo + 40])
+    index = BM25Index(corpus)
+    query = tokenize((TRACES / "python.log").read_text(encoding="utf-8"))
+    before = scores_by_id(index.current(REPO), query)
+
+    corpus.merge(REPO, everything=True)
+    for key in fresh_redis.scan_iter(match=f"th:corpus:{REPO}:seg:*"):
+        if fresh_redis.ttl(key) > 0:  # retired segments: gone sooner than their grace time
+            fresh_redis.delete(key)
+
+    after = scores_by_id(index.current(REPO), query)
+    assert after.keys() == before.keys()
+    np.testing.assert_allclose([after[c] for c in before], list(before.values()), rtol=0, atol=1e-9)
+
+
+def test_writers_at_once_lose_nothing(
+    fresh_redis: redis.Redis, private_redis_url: str, code: list[Chunk]
+) -> None:
+    """Four writers add, replace and remove chunks of their own files at the same time, with
+    merges running in between: the index ends holding exactly what each one left."""
+    by_path: dict[str, list[Chunk]] = {}
+    for c in code:
+        by_path.setdefault(c.path, []).append(c)
+    paths = sorted(by_path)
+    expected: dict[str, Chunk] = {}
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        try:
+            corpus = RedisCorpus(redis.Redis.from_url(private_redis_url))
+            rng = random.Random(k)
+            mine: dict[str, Chunk] = {}
+            for path in paths[k::4]:
+                chunks = by_path[path]
+                corpus.add(REPO, chunks)
+                mine.update((c.id, c) for c in chunks)
+                if rng.random() < 0.3:
+                    gone = [c.id for c in chunks[::2]]
+                    corpus.delete(REPO, gone)
+                    for cid in gone:
+                        mine.pop(cid)
+            with lock:
+                expected.update(mine)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+
+    corpus = RedisCorpus(fresh_redis)
+    view = BM25Index(corpus).current(REPO)
+    assert sorted(d[0] for d in view.documents()) == sorted(expected)
+    assert corpus.existing_ids(REPO, [c.id for c in code]) == set(expected)
+    assert_same_as_bm25okapi(view, expected)
