@@ -168,7 +168,9 @@ def main() -> int:
             state = corpus.state(REPO)
             used = r.info("memory")["used_memory"] / 2**20
             seg_bytes = sum(
-                r.memory_usage(f"th:corpus:{REPO}:seg:{s.sid}") or 0 for s in state.segments
+                r.memory_usage(f"th:corpus:{REPO}:seg:{s.sid}{part}", samples=0) or 0
+                for s in state.segments
+                for part in ("", ":docs", ":tfs")
             )
             text_bytes = r.memory_usage(f"th:corpus:{REPO}:text", samples=0) or 0
             where_bytes = r.memory_usage(f"th:corpus:{REPO}:where", samples=0) or 0

@@ -88,9 +88,9 @@ def corpus(repo: str, part: str) -> str:
     return f"{PREFIX}corpus:{repo}:{part}"
 
 
-def corpus_segment(repo: str, sid: int) -> str:
-    """One segment of a repo's keyword index."""
-    return f"{PREFIX}corpus:{repo}:seg:{sid}"
+def corpus_segment(repo: str, sid: int, array: str = "") -> str:
+    """One segment of a repo's keyword index: its hash, or one of its large arrays."""
+    return f"{PREFIX}corpus:{repo}:seg:{sid}" + (f":{array}" if array else "")
 
 
 # --- model hosts (shared/models/hosts.py) -----------------------------------------------------

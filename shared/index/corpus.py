@@ -2,7 +2,8 @@
 
 Keys per repo (``{r}`` is the repo name):
   th:corpus:{r}:segments   JSON [[segment id, documents], ...]: the live segments, in order
-  th:corpus:{r}:seg:{sid}  hash: one segment's arrays (shared/index/segments.py)
+  th:corpus:{r}:seg:{sid}  hash: one segment's arrays (shared/index/segments.py), but
+  th:corpus:{r}:seg:{sid}:docs / :tfs   its postings, strings read in ranges
   th:corpus:{r}:where      hash chunk id -> "sid:doc", where the chunk is live
   th:corpus:{r}:dead       set of "sid:doc" removed since their segment was written
   th:corpus:{r}:text       hash chunk id -> zlib-compressed chunk text (its only copy in Redis)
@@ -32,6 +33,7 @@ from shared.core import keys
 from shared.core.domain import Chunk
 from shared.core.errors import TransientError
 from shared.index.segments import (
+    LARGE,
     MAX_DEAD_SHARE,
     Segment,
     SegmentInfo,
@@ -46,12 +48,14 @@ log = logging.getLogger(__name__)
 # others by at most this long.
 LOCK_TIMEOUT = 30.0
 LOCK_WAIT = 60.0
-# A segment replaced by a merge stays readable this long for readers that saw the old list.
-RETIRED_TTL = 300
+# A segment replaced by a merge stays readable this long for readers that read the list
+# before the merge and load the segment after it (a reader that misses it reads the list again).
+RETIRED_TTL = 30
 # Merges stop at this many documents per segment: one segment's largest array stays far below
 # Redis's 512 MB value limit, and a monorepo is a few such segments.
 MAX_SEGMENT_DOCS = 250_000
 MAX_MERGES_PER_CHANGE = 8
+READ_RANGE = 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -104,9 +108,39 @@ class RedisCorpus:
         )
 
     def segment(self, repo: str, sid: int) -> Segment | None:
-        """A segment's arrays; None if a merge has retired it and its grace time ran out."""
-        raw = self.r.hgetall(keys.corpus_segment(repo, sid))
-        return Segment.from_fields(cast(dict[bytes | str, bytes], raw)) if raw else None
+        """A segment's arrays; None if a merge has retired it and its grace time ran out.
+
+        The large arrays are read in ranges straight into their final buffers: one reply of
+        the whole array would hold it twice, and a worker's memory keeps its high-water mark.
+        """
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(keys.corpus_segment(repo, sid))
+        for name in LARGE:
+            pipe.strlen(keys.corpus_segment(repo, sid, name))
+        raw, *sizes = pipe.execute()
+        if not raw:
+            return None
+        fields: dict[bytes | str, bytes | np.ndarray] = dict(raw)
+        for name, size in zip(LARGE, sizes, strict=True):
+            buffer = np.empty(int(size), dtype=np.uint8)
+            key = keys.corpus_segment(repo, sid, name)
+            for at in range(0, int(size), READ_RANGE):
+                piece = cast(bytes, self.r.getrange(key, at, min(at + READ_RANGE, int(size)) - 1))
+                if len(piece) != min(READ_RANGE, int(size) - at):
+                    return None  # expired while being read
+                buffer[at : at + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
+            fields[name] = buffer
+        return Segment.from_fields(fields)
+
+    def _write_segment(self, pipe: Any, repo: str, sid: int, segment: Segment) -> None:
+        fields = segment.fields()
+        for name in LARGE:
+            pipe.set(keys.corpus_segment(repo, sid, name), fields.pop(name))
+        pipe.hset(keys.corpus_segment(repo, sid), mapping=cast(Any, fields))
+
+    def _retire_segment(self, pipe: Any, repo: str, sid: int) -> None:
+        for key in (keys.corpus_segment(repo, sid, name) for name in ("", *LARGE)):
+            pipe.expire(key, RETIRED_TTL)
 
     def existing_ids(self, repo: str, ids: Sequence[str]) -> set[str]:
         if not ids:
@@ -161,7 +195,7 @@ class RedisCorpus:
             sid = int(self.r.incr(keys.corpus(repo, "next")))
             listed = [*self._listed(repo), [sid, len(segment)]]
             pipe = self.r.pipeline(transaction=True)
-            pipe.hset(keys.corpus_segment(repo, sid), mapping=cast(Any, segment.fields()))
+            self._write_segment(pipe, repo, sid, segment)
             pipe.hset(
                 keys.corpus(repo, "where"),
                 mapping={cid: f"{sid}:{i}" for i, cid in enumerate(segment.ids)},
@@ -254,7 +288,7 @@ class RedisCorpus:
             later_set = set(later)
             pipe = self.r.pipeline(transaction=True)
             if len(merged):
-                pipe.hset(keys.corpus_segment(repo, new_sid), mapping=cast(Any, merged.fields()))
+                self._write_segment(pipe, repo, new_sid, merged)
                 pipe.hset(
                     keys.corpus(repo, "where"),
                     mapping={
@@ -268,7 +302,7 @@ class RedisCorpus:
             if later:
                 pipe.sadd(keys.corpus(repo, "dead"), *(f"{new_sid}:{d}" for d in later))
             for sid in sids:
-                pipe.expire(keys.corpus_segment(repo, sid), RETIRED_TTL)
+                self._retire_segment(pipe, repo, sid)
             pipe.set(keys.corpus(repo, "segments"), json.dumps(kept))
             pipe.incr(keys.corpus(repo, "version"))
             pipe.execute()

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -74,18 +75,51 @@ def chunk_tokens(chunk: Chunk) -> list[str]:
     return tokenize(f"{chunk.path}\n{chunk.text}")
 
 
+# Arrays too large to read in one reply without doubling a worker's memory for a moment: the
+# store keeps them apart and reads them in ranges (``shared/index/corpus.py``).
+LARGE = ("docs", "tfs")
+
+
 @dataclass(frozen=True)
 class Segment:
-    ids: list[str]
+    """A batch of chunks' postings and what a hit needs of each chunk (id, path, lines).
+
+    Chunk ids and defined names stay one NUL-joined string until asked for: a 100k-chunk
+    segment holds them in a few MB instead of 100k Python objects each.
+    """
+
+    id_blob: bytes
     paths: list[str]  # distinct paths; path_of indexes them
     path_of: np.ndarray  # int32 per document
     starts: np.ndarray  # int32 per document
     ends: np.ndarray  # int32 per document
-    names: list[list[str]]  # what each document defines (functions, classes, methods)
+    name_blob: bytes  # per document its defined names, space-joined; documents NUL-joined
     postings: Inverted
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.starts)
+
+    @cached_property
+    def _id_ends(self) -> np.ndarray:
+        ends = np.flatnonzero(np.frombuffer(self.id_blob, dtype=np.uint8) == 0)
+        return np.append(ends, len(self.id_blob)) if len(self) else ends
+
+    def id_at(self, doc: int) -> str:
+        start = int(self._id_ends[doc - 1]) + 1 if doc else 0
+        return self.id_blob[start : int(self._id_ends[doc])].decode()
+
+    @cached_property
+    def ids(self) -> list[str]:
+        return _strings(self.id_blob, len(self))
+
+    @cached_property
+    def names(self) -> list[list[str]]:
+        """What each document defines (functions, classes, methods)."""
+        return list(self.iter_names())
+
+    def iter_names(self) -> Iterator[list[str]]:
+        """:attr:`names` without keeping them (a reader builds its symbol table from these)."""
+        return (n.split() for n in _strings(self.name_blob, len(self)))
 
     def term_of_postings(self) -> np.ndarray:
         """The local term of every posting (postings are grouped by term)."""
@@ -94,40 +128,53 @@ class Segment:
 
     def fields(self) -> dict[str, bytes]:
         p = self.postings
+        wide = len(p.tfs) and int(p.tfs.max()) > np.iinfo(np.uint16).max
+        tfs_dtype = "<i4" if wide else "<u2"  # a chunk rarely holds a token 65,536 times
         return {
             "format": FORMAT,
-            "ids": SEP.join(self.ids).encode(),
+            "ids": self.id_blob,
             "paths": SEP.join(self.paths).encode("utf-8", errors="surrogateescape"),
             "path_of": _bytes(self.path_of, "<i4"),
             "starts": _bytes(self.starts, "<i4"),
             "ends": _bytes(self.ends, "<i4"),
-            "names": SEP.join(" ".join(n) for n in self.names).encode(),
+            "names": self.name_blob,
             "vocab": SEP.join(p.vocab).encode(),
             "indptr": _bytes(p.indptr, "<i8"),
             "docs": _bytes(p.docs, "<i4"),
-            "tfs": _bytes(p.tfs, "<i4"),
+            "tfs_dtype": tfs_dtype.encode(),
+            "tfs": _bytes(p.tfs, tfs_dtype),
             "lengths": _bytes(p.lengths, "<i4"),
         }
 
     @classmethod
-    def from_fields(cls, raw: Mapping[bytes | str, bytes]) -> Segment:
+    def from_fields(cls, raw: Mapping[bytes | str, bytes | np.ndarray]) -> Segment:
+        """The segment :meth:`fields` wrote; the LARGE ones may come as arrays already."""
         f = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
         if f.get("format") != FORMAT:
             raise ValueError(f"unknown keyword segment format {f.get('format')!r}")
-        n = len(np.frombuffer(f["starts"], dtype="<i4"))
+
+        def array(name: str, dtype: str) -> np.ndarray:
+            v = f[name]
+            return v.view(dtype) if isinstance(v, np.ndarray) else np.frombuffer(v, dtype=dtype)
+
+        def blob(name: str) -> bytes:
+            v = f[name]
+            assert isinstance(v, bytes), name
+            return v
+
         return cls(
-            ids=_strings(f["ids"], n),
-            paths=_strings(f["paths"], None, errors="surrogateescape"),
-            path_of=np.frombuffer(f["path_of"], dtype="<i4"),
-            starts=np.frombuffer(f["starts"], dtype="<i4"),
-            ends=np.frombuffer(f["ends"], dtype="<i4"),
-            names=[s.split() for s in _strings(f["names"], n)],
+            id_blob=blob("ids"),
+            paths=_strings(blob("paths"), None, errors="surrogateescape"),
+            path_of=array("path_of", "<i4"),
+            starts=array("starts", "<i4"),
+            ends=array("ends", "<i4"),
+            name_blob=blob("names"),
             postings=Inverted(
-                vocab=_strings(f["vocab"], None),
-                indptr=np.frombuffer(f["indptr"], dtype="<i8"),
-                docs=np.frombuffer(f["docs"], dtype="<i4"),
-                tfs=np.frombuffer(f["tfs"], dtype="<i4"),
-                lengths=np.frombuffer(f["lengths"], dtype="<i4"),
+                vocab=_strings(blob("vocab"), None),
+                indptr=array("indptr", "<i8"),
+                docs=array("docs", "<i4"),
+                tfs=array("tfs", blob("tfs_dtype").decode()),
+                lengths=array("lengths", "<i4"),
             ),
         )
 
@@ -148,12 +195,12 @@ def segment_of(chunks: Sequence[Chunk]) -> Segment:
     paths: dict[str, int] = {}
     path_of = np.asarray([paths.setdefault(c.path, len(paths)) for c in chunks], dtype=np.int32)
     return Segment(
-        ids=[c.id for c in chunks],
+        id_blob=_joined(c.id for c in chunks),
         paths=list(paths),
         path_of=path_of,
         starts=np.asarray([c.start_line for c in chunks], dtype=np.int32),
         ends=np.asarray([c.end_line for c in chunks], dtype=np.int32),
-        names=[defined_names(c) for c in chunks],
+        name_blob=_joined(" ".join(defined_names(c)) for c in chunks),
         postings=invert([chunk_tokens(c) for c in chunks]),
     )
 
@@ -193,12 +240,12 @@ def merge(parts: Sequence[tuple[Segment, np.ndarray]]) -> tuple[Segment, list[np
     used = df > 0
     order = np.lexsort((docs, terms))
     merged = Segment(
-        ids=ids,
+        id_blob=_joined(ids),
         paths=list(path_index),
         path_of=_cat(path_of),
         starts=_cat(starts),
         ends=_cat(ends),
-        names=names,
+        name_blob=_joined(" ".join(n) for n in names),
         postings=Inverted(
             vocab=[w for w, u in zip(vocab, used.tolist(), strict=True) if u],
             indptr=np.concatenate(([0], np.cumsum(df[used]))).astype(np.int64),
@@ -208,6 +255,10 @@ def merge(parts: Sequence[tuple[Segment, np.ndarray]]) -> tuple[Segment, list[np
         ),
     )
     return merged, moved
+
+
+def _joined(strings: Iterable[str]) -> bytes:
+    return SEP.join(strings).encode()
 
 
 def _cat(arrays: list[np.ndarray]) -> np.ndarray:

@@ -8,7 +8,7 @@ frequency, the idf floor) are updated from those, never recomputed from the whol
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -36,7 +36,7 @@ class SymbolTable(Protocol):
     def get(self, name: str, default: list[int], /) -> list[int]: ...
 
 
-def symbol_table(names: Sequence[Sequence[str]]) -> dict[str, list[int]]:
+def symbol_table(names: Iterable[Sequence[str]]) -> dict[str, list[int]]:
     """Defined name -> indexes of the chunks defining it, from each chunk's defined names."""
     table: dict[str, list[int]] = {}
     for i, defined in enumerate(names):
@@ -86,7 +86,7 @@ class _Part:
     live_df: np.ndarray  # per local term: live documents holding it
     keys: np.ndarray = field(init=False)  # gids sorted, to find a repo-wide term's local id
     local: np.ndarray = field(init=False)
-    _paths: dict[str, list[int]] | None = None
+    _paths: tuple[dict[str, int], np.ndarray, np.ndarray] | None = None
     _symbols: dict[str, list[int]] | None = None
 
     def __post_init__(self) -> None:
@@ -102,16 +102,19 @@ class _Part:
             self.seg.term_of_postings()[held], minlength=len(self.seg.postings.vocab)
         )
 
-    def by_path(self) -> dict[str, list[int]]:
+    def at_path(self, path: str) -> np.ndarray:
+        """The documents of ``path`` (dead ones included)."""
         if self._paths is None:
-            self._paths = {}
-            for d, p in enumerate(self.seg.path_of.tolist()):
-                self._paths.setdefault(self.seg.paths[p], []).append(d)
-        return self._paths
+            order = np.argsort(self.seg.path_of, kind="stable")
+            bounds = np.searchsorted(self.seg.path_of[order], np.arange(len(self.seg.paths) + 1))
+            self._paths = ({p: i for i, p in enumerate(self.seg.paths)}, order, bounds)
+        index, order, bounds = self._paths
+        i = index.get(path)
+        return order[bounds[i] : bounds[i + 1]] if i is not None else order[:0]
 
     def symbols(self) -> dict[str, list[int]]:
         if self._symbols is None:
-            self._symbols = symbol_table(self.seg.names)
+            self._symbols = symbol_table(self.seg.iter_names())
         return self._symbols
 
 
@@ -192,7 +195,7 @@ class KeywordView:
         """Every live chunk as (id, path, start line, end line), in index order."""
         return [
             (
-                p.seg.ids[d],
+                p.seg.id_at(d),
                 p.seg.paths[int(p.seg.path_of[d])],
                 int(p.seg.starts[d]),
                 int(p.seg.ends[d]),
@@ -234,7 +237,7 @@ class KeywordView:
 
     def _hits(self, ranked: Sequence[tuple[int, float]]) -> list[ChunkHit]:
         located = [self._locate(d) for d, _ in ranked]
-        ids = [p.seg.ids[i] for p, i in located]
+        ids = [p.seg.id_at(i) for p, i in located]
         texts = self.corpus.texts(self.repo, ids)
         return [
             ChunkHit(
@@ -291,7 +294,7 @@ class KeywordView:
         spans = [
             (int(p.seg.starts[d]), int(p.seg.ends[d]), base + d)
             for p, live, base in zip(self.parts, self.lives, self.bases.tolist(), strict=False)
-            for d in p.by_path().get(path, [])
+            for d in p.at_path(path).tolist()
             if live[d]
         ]
         return self._hits([(i, 0.0) for i in chunks_covering(spans, line)])

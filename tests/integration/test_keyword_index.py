@@ -4,7 +4,10 @@ segments loaded one at a time, and no removed chunk coming back."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +29,10 @@ TRACES = ROOT / "tests" / "data" / "traces"
 REPO = "kw"
 
 
-@pytest.fixture(scope="module")
-def code() -> list[Chunk]:
+CHURN = "from tests.integration.test_keyword_index import churn; churn({url!r}, {seed})"
+
+
+def code_chunks() -> list[Chunk]:
     """Chunks of this repository's own sources and the sample service: real code."""
     out: list[Chunk] = []
     for folder in ("shared", "producers", "workers", "tests/data/sample-service"):
@@ -35,6 +40,11 @@ def code() -> list[Chunk]:
             text = path.read_bytes().decode("utf-8", errors="replace")
             out += chunk_file(REPO, str(path.relative_to(ROOT)), text)
     return out
+
+
+@pytest.fixture(scope="module")
+def code() -> list[Chunk]:
+    return code_chunks()
 
 
 def queries() -> list[list[str]]:
@@ -146,6 +156,20 @@ def test_a_warm_worker_loads_only_what_changed(fresh_redis: redis.Redis, code: l
     assert view is index.current(REPO)  # unchanged index: the same view, one GET to know it
 
 
+def test_a_segment_read_in_many_ranges_scores_the_same(
+    fresh_redis: redis.Redis, code: list[Chunk], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = RedisCorpus(fresh_redis)
+    corpus.add(REPO, code[:500])
+    whole = BM25Index(corpus).current(REPO)
+    monkeypatch.setattr("shared.index.corpus.READ_RANGE", 1000)
+
+    ranged = BM25Index(corpus).current(REPO)
+
+    for query in queries():
+        assert np.array_equal(ranged.scores(query), whole.scores(query))
+
+
 def test_a_removal_made_while_a_merge_is_built_stays_removed(
     fresh_redis: redis.Redis, code: list[Chunk]
 ) -> None:
@@ -232,3 +256,68 @@ def test_writers_at_once_lose_nothing(
     assert sorted(d[0] for d in view.documents()) == sorted(expected)
     assert corpus.existing_ids(REPO, [c.id for c in code]) == set(expected)
     assert_same_as_bm25okapi(view, expected)
+
+
+def churn(url: str, seed: int) -> None:
+    """A writer that never stops: adds files' chunks, removes some, compacts now and then.
+    Run as its own process by the test below, which kills it with -9."""
+    corpus = RedisCorpus(redis.Redis.from_url(url))
+    code = code_chunks()
+    rng = random.Random(seed)
+    while True:
+        lo = rng.randrange(len(code))
+        corpus.add(REPO, code[lo : lo + rng.choice([1, 30, 200])])
+        if rng.random() < 0.5:
+            corpus.delete(REPO, [c.id for c in rng.sample(code, 20)])
+        if rng.random() < 0.1:
+            corpus.merge(REPO, everything=True)
+
+
+def assert_consistent(client: redis.Redis, by_id: dict[str, Chunk]) -> dict[str, Chunk]:
+    """Every live document is in ``where`` and the reverse, each with its text; the reader
+    scores what ``where`` holds as BM25Okapi does. Returns the live chunks."""
+    corpus = RedisCorpus(client)
+    state = corpus.state(REPO)
+    where = {k.decode(): v.decode() for k, v in client.hgetall(f"th:corpus:{REPO}:where").items()}
+    live_docs = 0
+    for info in state.segments:
+        seg = corpus.segment(REPO, info.sid)
+        assert seg is not None and len(seg) == info.size
+        dead = set(state.dead.get(info.sid, np.zeros(0)).tolist())
+        live_docs += info.size - len(dead)
+        for doc in range(info.size):
+            if doc not in dead:
+                assert where[seg.id_at(doc)] == f"{info.sid}:{doc}"
+    assert live_docs == len(where)
+    assert corpus.existing_ids(REPO, list(where)) == set(where)
+    assert all(corpus.texts(REPO, list(where)))
+    live = {cid: by_id[cid] for cid in where}
+    if live:
+        assert_same_as_bm25okapi(BM25Index(corpus).current(REPO), live)
+    return live
+
+
+def test_a_writer_killed_mid_change_leaves_a_consistent_index(
+    fresh_redis: redis.Redis, private_redis_url: str, code: list[Chunk]
+) -> None:
+    """kill -9 of a writer at random points (inside adds, removals and compactions): each
+    change is one MULTI/EXEC, so the index is always a whole state, and after the dead
+    writer's lock expires another writer carries on."""
+    by_id = {c.id: c for c in code}
+    rng = random.Random(3)
+    for round_ in range(6):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHURN.format(url=private_redis_url, seed=round_)], cwd=ROOT
+        )
+        time.sleep(rng.uniform(0.5, 2.0))
+        proc.kill()
+        proc.wait()
+        assert_consistent(fresh_redis, by_id)
+    corpus = RedisCorpus(fresh_redis)
+    assert corpus.state(REPO).segments, "the writers must have written something"
+
+    corpus.add(REPO, code[:50])  # may wait for a killed writer's lock to expire
+    corpus.merge(REPO, everything=True)
+
+    live = assert_consistent(fresh_redis, by_id)
+    assert {c.id for c in code[:50]} <= live.keys()

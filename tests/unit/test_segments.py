@@ -45,6 +45,7 @@ def test_a_segment_reads_back_as_it_was_written_with_odd_paths() -> None:
     seg = segment_of([*some, odd])
 
     back = Segment.from_fields({k.encode(): v for k, v in seg.fields().items()})
+    assert [back.id_at(i) for i in range(len(back))] == seg.ids
 
     assert back.ids == seg.ids and back.paths == seg.paths and back.names == seg.names
     assert "caf\udce9/ünï code.py" in back.paths
@@ -104,3 +105,9 @@ def test_tokens_are_the_path_and_the_text() -> None:
     c = chunks()[0]
     assert c.path.startswith("shared/index/") and "shared" not in c.text
     assert {"shared", "index"} <= set(chunk_tokens(c))
+
+
+def test_a_token_repeated_past_65535_times_keeps_its_count() -> None:
+    chunk = chunks()[0].model_copy(update={"text": "spam " * 70_000, "id": "y" * 40})
+    back = Segment.from_fields(segment_of([chunk]).fields())
+    assert int(back.postings.tfs.max()) == 70_000
