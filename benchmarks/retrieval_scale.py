@@ -192,6 +192,22 @@ def probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def tree_rss(pid: int) -> float:
+    """RSS in MB of a process and its children."""
+    total = 0.0
+    pids = [pid]
+    while pids:
+        p = pids.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            children = Path(f"/proc/{p}/task/{p}/children").read_text().split()
+        except OSError:
+            continue
+        total += next(int(x.split()[1]) for x in status.splitlines() if x.startswith("VmRSS"))
+        pids += [int(c) for c in children]
+    return total / 1024
+
+
 def seed_approach(vectors: ChromaVectorIndex, query: str) -> None:
     """The seed's BM25: 2,000 chunks fetched from Chroma, BM25Okapi built over them per query."""
     from rank_bm25 import BM25Okapi
@@ -390,8 +406,14 @@ def main() -> int:
                     flush=True,
                 )
         finally:
+            chroma_rss = tree_rss(chroma_proc.popen.pid)
             for p in reversed(procs):
                 p.stop()
+    chroma_disk = sum(f.stat().st_size for f in (DATA / "chroma").rglob("*") if f.is_file())
+    print(
+        f"chroma server: {chroma_rss:,.0f} MB RSS after the runs, "
+        f"{chroma_disk / 2**20:,.0f} MiB on disk"
+    )
     print()
     print(f"{indexed:,} chunks, {len(texts)} queries, median of {args.runs} runs (range)")
     table = [

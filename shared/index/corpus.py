@@ -34,7 +34,7 @@ from shared.core.domain import Chunk
 from shared.core.errors import TransientError
 from shared.index.segments import (
     LARGE,
-    MAX_DEAD_SHARE,
+    MAX_SEGMENT_DOCS,
     Segment,
     SegmentInfo,
     merge,
@@ -51,9 +51,6 @@ LOCK_WAIT = 60.0
 # A segment replaced by a merge stays readable this long for readers that read the list
 # before the merge and load the segment after it (a reader that misses it reads the list again).
 RETIRED_TTL = 30
-# Merges stop at this many documents per segment: one segment's largest array stays far below
-# Redis's 512 MB value limit, and a monorepo is a few such segments.
-MAX_SEGMENT_DOCS = 250_000
 MAX_MERGES_PER_CHANGE = 8
 READ_RANGE = 4 * 2**20
 
@@ -247,7 +244,7 @@ class RedisCorpus:
         try:
             for _ in range(MAX_MERGES_PER_CHANGE if not everything else 1_000):
                 state = self.state(repo)
-                plan = compaction(state) if everything else merge_plan(_mergeable(state))
+                plan = compaction(state) if everything else merge_plan(state.segments)
                 if not plan:
                     break
                 if self._merge(repo, state, plan):
@@ -313,15 +310,6 @@ class RedisCorpus:
             extra={"repo": repo, "segments": len(sids), "documents": len(merged)},
         )
         return True
-
-
-def _mergeable(state: CorpusState) -> list[SegmentInfo]:
-    """Segments a tier merge may take: full-size ones only get rewritten for their dead."""
-    return [
-        s
-        for s in state.segments
-        if s.size - s.dead < MAX_SEGMENT_DOCS or s.dead / max(s.size, 1) > MAX_DEAD_SHARE
-    ]
 
 
 def compaction(state: CorpusState) -> list[int]:

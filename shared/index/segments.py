@@ -31,6 +31,9 @@ SEP = "\0"
 MERGE_FACTOR = 6
 # A segment with more dead chunks than live ones is rewritten even if its tier is not full.
 MAX_DEAD_SHARE = 0.5
+# Merges stop at this many documents per segment: one segment's largest array stays far below
+# Redis's 512 MB value limit, and a monorepo is a few such segments.
+MAX_SEGMENT_DOCS = 250_000
 
 
 @dataclass(frozen=True)
@@ -272,21 +275,36 @@ class SegmentInfo:
     dead: int  # of which removed since
 
 
-def merge_plan(segments: Sequence[SegmentInfo], *, factor: int = MERGE_FACTOR) -> list[int]:
+def merge_plan(
+    segments: Sequence[SegmentInfo],
+    *,
+    factor: int = MERGE_FACTOR,
+    max_docs: int = MAX_SEGMENT_DOCS,
+) -> list[int]:
     """Which segments to merge next, by id; [] when none needs it.
 
     Segments whose live sizes are within one power of ``factor`` form a tier, and a tier with
     ``factor`` segments is merged (the smallest such tier first): each document is rewritten
     about log_factor(N) times over the index's life, and there are at most ``factor - 1``
-    segments per tier. A segment mostly dead is rewritten to drop its dead documents.
+    segments per tier. A merge stops at ``max_docs`` live documents (its smallest segments
+    first). A segment mostly dead is rewritten to drop its dead documents.
     """
-    tiers: dict[int, list[int]] = {}
+    tiers: dict[int, list[tuple[int, int]]] = {}
     for s in segments:
         live = s.size - s.dead
         if s.size and (live == 0 or s.dead / s.size > MAX_DEAD_SHARE):
             return [s.sid]
-        tiers.setdefault(int(math.log(max(live, 1), factor)), []).append(s.sid)
-    for _, sids in sorted(tiers.items()):
-        if len(sids) >= factor:
-            return sids
+        tiers.setdefault(int(math.log(max(live, 1), factor)), []).append((live, s.sid))
+    for _, members in sorted(tiers.items()):
+        if len(members) < factor:
+            continue
+        pick: list[int] = []
+        total = 0
+        for live, sid in sorted(members):
+            if total + live > max_docs:
+                break
+            pick.append(sid)
+            total += live
+        if len(pick) >= 2:
+            return sorted(pick, key=[sid for _, sid in members].index)
     return []

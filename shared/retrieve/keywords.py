@@ -212,7 +212,8 @@ class KeywordView:
         """BM25Okapi's score of every document (dead ones 0) over the live corpus."""
         score = np.zeros(len(self.live))
         counts = query_terms(query)
-        known = [w for w in counts if w in self.vocab]
+        # Terms a later version added (the vocabulary is shared) have no idf in this view.
+        known = [w for w in counts if self.vocab.get(w, len(self.idf)) < len(self.idf)]
         if not known or not self.size:
             return score
         g = np.asarray([self.vocab[w] for w in known], dtype=np.int64)

@@ -111,3 +111,11 @@ def test_a_token_repeated_past_65535_times_keeps_its_count() -> None:
     chunk = chunks()[0].model_copy(update={"text": "spam " * 70_000, "id": "y" * 40})
     back = Segment.from_fields(segment_of([chunk]).fields())
     assert int(back.postings.tfs.max()) == 70_000
+
+
+def test_merge_plan_stops_at_the_segment_size_cap() -> None:
+    tier = [SegmentInfo(i, 100 + i, 0) for i in range(MERGE_FACTOR)]
+    assert merge_plan(tier, max_docs=10_000) == [s.sid for s in tier]
+    # Only the smallest that fit under the cap, in index order; one alone is not a merge.
+    assert merge_plan(tier, max_docs=205) == [0, 1]
+    assert merge_plan(tier, max_docs=150) == []
