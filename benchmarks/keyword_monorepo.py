@@ -23,7 +23,6 @@ import json
 import keyword
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import redis
+from retrieval_scale import fmt, pct  # this folder: the scale benchmark's tree and table
 
 from shared.core.domain import Chunk
 from shared.devtools.localstack import start_redis
@@ -129,18 +129,6 @@ def probe(url: str) -> int:
     rss = next(int(x.split()[1]) for x in status.splitlines() if x.startswith("VmRSS")) / 1024
     print(json.dumps({"cold": cold, "times": times, "rss": rss}))
     return 0
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def fmt(values: list[float], unit: str, digits: int = 0) -> str:
-    med, lo, hi = statistics.median(values), min(values), max(values)
-    if lo == hi:
-        return f"{med:,.{digits}f} {unit}"
-    return f"{med:,.{digits}f} {unit} ({lo:,.{digits}f}–{hi:,.{digits}f})"
 
 
 def main() -> int:

@@ -55,6 +55,14 @@ def queries() -> list[list[str]]:
     ]
 
 
+def in_segments(client: redis.Redis, chunks: list[Chunk], size: int) -> RedisCorpus:
+    """A corpus holding ``chunks``, added ``size`` at a time (one segment each, until merged)."""
+    corpus = RedisCorpus(client)
+    for lo in range(0, len(chunks), size):
+        corpus.add(REPO, chunks[lo : lo + size])
+    return corpus
+
+
 def scores_by_id(view: KeywordView, query: list[str]) -> dict[str, float]:
     scores = view.scores(query)
     ids = [d[0] for d in view.documents()]
@@ -173,9 +181,7 @@ def test_a_segment_read_in_many_ranges_scores_the_same(
 def test_a_removal_made_while_a_merge_is_built_stays_removed(
     fresh_redis: redis.Redis, code: list[Chunk]
 ) -> None:
-    corpus = RedisCorpus(fresh_redis)
-    for lo in range(0, 300, 50):
-        corpus.add(REPO, code[lo : lo + 50])
+    corpus = in_segments(fresh_redis, code[:300], 50)
     corpus.delete(REPO, [code[3].id])
     before = corpus.state(REPO)  # the merge is planned on this state...
     victim = code[120]
@@ -195,9 +201,7 @@ def test_a_removal_made_while_a_merge_is_built_stays_removed(
 def test_a_reader_that_saw_the_segments_before_a_merge_reads_the_merged_one(
     fresh_redis: redis.Redis, code: list[Chunk]
 ) -> None:
-    corpus = RedisCorpus(fresh_redis)
-    for lo in range(0, 400, 40):
-        corpus.add(REPO, code[lo : lo + 40])
+    corpus = in_segments(fresh_redis, code[:400], 40)
     index = BM25Index(corpus)
     query = tokenize((TRACES / "python.log").read_text(encoding="utf-8"))
     before = scores_by_id(index.current(REPO), query)
