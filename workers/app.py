@@ -27,6 +27,7 @@ def _configure(sender: Celery, **_: Any) -> None:
             max_retries=s.stage_max_retries,
             backoff_max=s.retry_backoff_max,
             redelivery_after=s.redelivery_after,
+            task_events=s.task_events,
         )
     )
 
@@ -59,4 +60,6 @@ def task_options(name: str, *, retry_forever: bool = False) -> dict[str, Any]:
     }
     if retry_forever:
         options["max_retries"] = None
+    if name in queues.RESULT_NOT_READ:
+        options |= {"ignore_result": True, "store_errors_even_if_ignored": True}
     return options

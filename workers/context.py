@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
+import httpx
 import redis
 from celery import current_app
 from celery.signals import task_postrun, worker_process_init, worker_process_shutdown
@@ -69,6 +70,11 @@ class Clients:
         s = self.settings
         return ChromaVectorIndex(url=s.chroma_url, path=s.chroma_path, timeout=s.chroma_timeout)
 
+    @cached_property
+    def model_http(self) -> httpx.Client:
+        """Calls to model hosts outside the model clients (unload, health), kept open."""
+        return httpx.Client(timeout=httpx.Timeout(self.settings.embed_timeout, connect=5.0))
+
     def session(self, url: str) -> HostSession | None:
         """The lease session of the machine behind ``url`` (None with leases turned off)."""
         s = self.settings
@@ -83,7 +89,7 @@ class Clients:
                 max_tasks=s.lease_max_tasks,
                 max_seconds=s.lease_max_seconds,
                 idle_release=s.lease_idle_release,
-                unload=lambda u, m: unload_ollama_model(u, m, timeout=s.embed_timeout),
+                unload=lambda u, m: unload_ollama_model(self.model_http, u, m),
                 on_swap=metrics.swap,
             )
         return self.sessions[host]

@@ -78,8 +78,19 @@ def depth(r: Any, queue: str) -> int:
 RESTORE_SWEEP_S = 5  # how often a worker looks for messages whose holder stopped renewing them
 
 
+# The analysis chain's stages before notify hand their result to the next stage in its message;
+# nobody reads them from the result backend, so they are not stored there (a failure still is,
+# and marks the rest of the chain failed). The chain's last result is what callers wait on.
+RESULT_NOT_READ = frozenset({EMBED_QUERY, RETRIEVE, RERANK, ANALYZE})
+
+
 def celery_config(
-    redis_url: str, *, max_retries: int, backoff_max: int, redelivery_after: int = 30
+    redis_url: str,
+    *,
+    max_retries: int,
+    backoff_max: int,
+    redelivery_after: int = 30,
+    task_events: bool = False,
 ) -> dict[str, Any]:
     """Celery settings shared by the worker app and the producers' sending app.
 
@@ -112,7 +123,9 @@ def celery_config(
         # text: 163 MiB for one repo in issue 13; each stage's input payload) for result_expires.
         "result_extended": False,
         "broker_connection_retry_on_startup": True,
-        "task_track_started": True,
-        "worker_send_task_events": True,
+        # No STARTED state nor task events by default: each is a write or a PUBLISH per task
+        # that nothing in tracehound reads (Flower enables events when it starts).
+        "task_track_started": False,
+        "worker_send_task_events": task_events,
         "enable_utc": True,
     }

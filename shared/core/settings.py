@@ -112,6 +112,11 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(
         None, description="Serve Prometheus /metrics from each worker on this port."
     )
+    task_events: bool = Field(
+        False,
+        description="Workers publish Celery task events from the start (Flower turns them on "
+        "by itself); each costs a Redis PUBLISH per task state.",
+    )
 
     # --- retrieval ---
     candidate_depth: int = Field(50, ge=1, le=1000)

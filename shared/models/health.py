@@ -11,10 +11,10 @@ from shared.core.errors import TracehoundError
 from shared.models.reranker import Reranker
 
 
-def ollama_answers(base_url: str, *, timeout: float = 5.0) -> bool:
+def ollama_answers(client: httpx.Client, base_url: str, *, timeout: float = 5.0) -> bool:
     """Ollama's ``GET /api/version`` answered with a 2xx."""
     try:
-        return httpx.get(f"{base_url.rstrip('/')}/api/version", timeout=timeout).is_success
+        return client.get(f"{base_url.rstrip('/')}/api/version", timeout=timeout).is_success
     except httpx.HTTPError:
         return False
 
@@ -29,10 +29,13 @@ def reranker_answers(reranker: Reranker) -> bool:
 
 
 def model_hosts_answer(
-    ollama_urls: Sequence[str], reranker: Reranker | None, notes: Sequence[str]
+    client: httpx.Client,
+    ollama_urls: Sequence[str],
+    reranker: Reranker | None,
+    notes: Sequence[str],
 ) -> bool:
     """The Ollama hosts answer, and the rerank server too when the notes say it failed."""
-    if not all(ollama_answers(url) for url in dict.fromkeys(ollama_urls)):
+    if not all(ollama_answers(client, url) for url in dict.fromkeys(ollama_urls)):
         return False
     rerank_failed = any(n.startswith(RERANK_UNAVAILABLE) for n in notes)
     return reranker is None or not rerank_failed or reranker_answers(reranker)

@@ -194,6 +194,24 @@ def test_an_event_with_no_text_at_all_still_produces_a_message(indexed: None, se
     assert result["destination"] == "slack"
 
 
+def test_only_the_chains_last_stage_leaves_a_result_in_redis(
+    indexed: None, sender: Any, redis_client: Any
+) -> None:
+    """The stages before notify pass their output in the next stage's message; storing it too
+    (the whole investigation, for a week) was a write per hop that nothing read."""
+    event = parse_event((DATA / "sample-error.txt").read_text(), service="shop-api", repo=REPO)
+    last = enqueue_error(sender, event)
+    assert last.get(timeout=90)["destination"] == "slack"
+    stages = []
+    node = last.parent
+    while node is not None:
+        stages.append(node.id)
+        node = node.parent
+    assert len(stages) == 4  # embed_query, retrieve, rerank, analyze
+    assert redis_client.exists(f"celery-task-meta-{last.id}")
+    assert not any(redis_client.exists(f"celery-task-meta-{tid}") for tid in stages)
+
+
 def test_missing_llm_model_degrades_with_ollama_pull_hint(
     indexed: None,
     run: Callable[..., dict],

@@ -67,7 +67,9 @@ def reanalyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     inv = Investigation.model_validate(payload)
     ctx = context.clients()
     s = ctx.settings
-    if not model_hosts_answer([s.llm_base_url, s.embed_base_url], ctx.reranker, inv.notes):
+    if not model_hosts_answer(
+        ctx.model_http, [s.llm_base_url, s.embed_base_url], ctx.reranker, inv.notes
+    ):
         attempts = max(1, int(s.group_window // s.reanalyze_after))  # while the window lasts
         if self.request.retries >= attempts:
             return {"event_id": inv.event.id, "reanalysed": False}
