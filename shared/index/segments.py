@@ -6,8 +6,9 @@ segments are merged into larger ones in the background of indexing (:func:`merge
 worker therefore loads a new segment when the index changes, never the whole corpus, and the
 segments are compact arrays that load without parsing.
 
-A segment is stored as one Redis hash of byte strings (:meth:`Segment.fields`); string lists
-are joined by NUL, which neither chunk ids, paths nor tokens contain.
+A segment is stored as byte strings (:meth:`Segment.fields`; the store keeps the LARGE ones
+apart, see ``shared/index/corpus.py``); string lists are joined by NUL, which neither chunk
+ids, paths nor tokens contain.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class Inverted:
     vocab: list[str]
     indptr: np.ndarray  # int64, len(vocab) + 1
     docs: np.ndarray  # int32
-    tfs: np.ndarray  # int32
+    tfs: np.ndarray  # int32 in memory, uint16 when stored unless a count needs more
     lengths: np.ndarray  # int32, tokens per document (repetitions counted)
 
 

@@ -55,7 +55,9 @@ class OllamaChat:
             (m["role"] if m["role"] != "assistant" else "ai", m["content"]) for m in messages
         ]
         try:
-            reply = self._llm(schema).invoke(lc_messages)
+            # One reply, not a stream: nothing reads the tokens as they come, and invoke would
+            # otherwise stream them and join them again (ChatOllama streams by default).
+            reply = self._llm(schema).invoke(lc_messages, stream=False)
         except ResponseError as exc:
             detail = f"chat with {self.model}: HTTP {exc.status_code}: {exc.error}"
             if exc.status_code == 404:

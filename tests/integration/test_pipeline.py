@@ -82,6 +82,7 @@ def test_sample_error_names_the_buggy_file_and_crosses_every_queue(
     chat = ollama_sim.requests_to("/api/chat")[-1]["body"]
     assert chat["format"]["properties"]["hypotheses"]
     assert BUGGY in chat["messages"][-1]["content"]
+    assert chat["stream"] is False  # one reply: nothing reads the tokens as they arrive
 
 
 def test_chat_failing_with_500_still_delivers_a_degraded_message(
