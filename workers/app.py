@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import logging
 from typing import Any
 
 from celery import Celery
@@ -9,6 +11,8 @@ from celery.signals import worker_init
 
 from shared.core import queues
 from workers import context, heartbeat, metrics, redis_restart  # metrics: signal handlers
+
+log = logging.getLogger(__name__)
 
 app = Celery(
     "tracehound",
@@ -42,6 +46,19 @@ def _serve_metrics(**_: Any) -> None:
 @worker_init.connect
 def _survive_redis_restarts(**_: Any) -> None:
     redis_restart.apply()
+
+
+@worker_init.connect
+def _import_clients(sender: Any = None, **_: Any) -> None:
+    """Import the heavy client libraries this worker's queues use before the pool forks: the
+    children share them, and the first error after a start does not wait 1-2 s for
+    langchain-ollama or chromadb to import inside a task."""
+    consumed = getattr(getattr(sender, "app", None), "amqp", None)
+    names = set(consumed.queues.consume_from or ()) if consumed is not None else set()
+    modules = context.client_modules(names or set(queues.ALL_QUEUES))
+    for module in modules:
+        importlib.import_module(module)
+    log.info("worker.imported", extra={"queues": sorted(names), "modules": modules})
 
 
 def task_options(name: str, *, retry_forever: bool = False) -> dict[str, Any]:

@@ -217,6 +217,19 @@ def settings() -> Settings:
     return _state["settings"]
 
 
+# Libraries a queue's tasks import on first use (see each client's lazy import), by queue.
+CLIENT_MODULES: dict[str, tuple[str, ...]] = {
+    "llm": ("langchain_ollama",),
+    "retrieve": ("chromadb",),
+    "index": ("chromadb",),
+}
+
+
+def client_modules(consumed: set[str]) -> list[str]:
+    """The heavy modules the tasks of ``consumed`` queues import."""
+    return sorted({m for q in consumed for m in CLIENT_MODULES.get(q, ())})
+
+
 def clients() -> Clients:
     if "clients" not in _state:
         _state["clients"] = Clients(settings())
