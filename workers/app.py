@@ -53,8 +53,8 @@ def _import_clients(sender: Any = None, **_: Any) -> None:
     """Import the heavy client libraries this worker's queues use before the pool forks: the
     children share them, and the first error after a start does not wait 1-2 s for
     langchain-ollama or chromadb to import inside a task."""
-    consumed = getattr(getattr(sender, "app", None), "amqp", None)
-    names = set(consumed.queues.consume_from or ()) if consumed is not None else set()
+    amqp = getattr(getattr(sender, "app", None), "amqp", None)  # -Q has been applied by now
+    names = set(amqp.queues.consume_from or ()) if amqp is not None else set()
     modules = context.client_modules(names or set(queues.ALL_QUEUES))
     for module in modules:
         importlib.import_module(module)
