@@ -55,6 +55,7 @@ def _import_clients(sender: Any = None, **_: Any) -> None:
     langchain-ollama or chromadb to import inside a task."""
     amqp = getattr(getattr(sender, "app", None), "amqp", None)  # -Q has been applied by now
     names = set(amqp.queues.consume_from or ()) if amqp is not None else set()
+    context.remember_queues(names or set(queues.ALL_QUEUES))
     modules = context.client_modules(names or set(queues.ALL_QUEUES))
     for module in modules:
         importlib.import_module(module)

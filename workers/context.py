@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Collection
 from functools import cached_property
 from typing import Any
 
@@ -12,6 +14,7 @@ from celery.signals import task_postrun, worker_process_init, worker_process_shu
 
 from shared.analyze.cache import AnalysisCache
 from shared.core import queues
+from shared.core.errors import TracehoundError
 from shared.core.pipeline import enqueue_reanalysis, enqueue_thread_reply
 from shared.core.settings import Settings
 from shared.index.corpus import RedisCorpus
@@ -48,6 +51,20 @@ class Clients:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.sessions: dict[str, HostSession] = {}
+
+    def warm(self, consumed: Collection[str]) -> None:
+        """Build now what the first task of ``consumed`` queues would build (HTTP clients, each
+        with its TLS context; connections): about 100 ms per stage otherwise spent inside the
+        first error after a start. A service that is down costs only the attempt here: the
+        task meets it for real and retries or says so."""
+        for name in sorted({n for q in consumed for n in WARM.get(q, ())}):
+            getattr(self, name)
+        try:
+            self.redis.ping()
+            if "vectors" in {n for q in consumed for n in WARM.get(q, ())}:
+                self.vectors.connect()
+        except (redis.RedisError, TracehoundError, OSError) as exc:
+            log.warning("worker.warm_failed", extra={"reason": f"{type(exc).__name__}: {exc}"})
 
     @cached_property
     def redis(self) -> redis.Redis:
@@ -208,6 +225,7 @@ class Clients:
         return self.console
 
 
+log = logging.getLogger(__name__)
 _state: dict[str, Any] = {}
 
 
@@ -225,6 +243,22 @@ CLIENT_MODULES: dict[str, tuple[str, ...]] = {
 }
 
 
+# What each queue's first task builds (Clients attributes), for Clients.warm.
+WARM: dict[str, tuple[str, ...]] = {
+    "embed": ("query_embedder", "bulk_embedder", "model_http"),
+    "retrieve": ("keywords", "prior", "redactor", "vectors"),
+    "rerank": ("reranker", "model_http"),
+    "llm": ("chat", "analysis_cache", "redactor", "model_http"),
+    "notify": ("courier", "groups"),
+    "index": ("corpus", "vectors"),
+}
+
+
+def remember_queues(consumed: set[str]) -> None:
+    """The queues this worker consumes (set before the pool forks), for its children."""
+    _state["consumed"] = set(consumed)
+
+
 def client_modules(consumed: set[str]) -> list[str]:
     """The heavy modules the tasks of ``consumed`` queues import."""
     return sorted({m for q in consumed for m in CLIENT_MODULES.get(q, ())})
@@ -240,6 +274,7 @@ def clients() -> Clients:
 def _after_fork(**_: Any) -> None:
     # Sockets, HTTP pools and lease renewer threads must not be shared with the parent.
     _state.pop("clients", None)
+    clients().warm(_state.get("consumed", queues.ALL_QUEUES))
 
 
 @task_postrun.connect

@@ -70,6 +70,10 @@ class ChromaVectorIndex:
         self._client: Any = None
         self._collections: dict[str, Any] = {}
 
+    def connect(self) -> None:
+        """Open the client now rather than at the first call."""
+        self._connect()
+
     def _connect(self) -> Any:
         if self._client is None:
             import chromadb  # heavy: import only in processes that use the index

@@ -1,0 +1,31 @@
+"""A worker child warms its clients after the fork; services that are down do not stop it."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from shared.core import queues
+from shared.core.settings import Settings
+from workers.context import WARM, Clients
+
+
+def test_warming_with_redis_and_chroma_down_logs_and_carries_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = Settings(
+        redis_url="redis://127.0.0.1:9/0",  # nothing listens on the discard port
+        chroma_url="http://127.0.0.1:9",
+        ollama_url="http://127.0.0.1:9",
+    )
+    c = Clients(settings)
+    with caplog.at_level(logging.WARNING, logger="workers.context"):
+        c.warm(set(queues.ALL_QUEUES))
+    assert [r.message for r in caplog.records] == ["worker.warm_failed"]
+    assert "model_http" in vars(c) and "query_embedder" in vars(c)  # built before the failure
+
+
+def test_every_queue_has_its_clients_named() -> None:
+    assert set(WARM) == set(queues.ALL_QUEUES)
+    assert all(hasattr(Clients, name) for names in WARM.values() for name in names)
