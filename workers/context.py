@@ -57,11 +57,12 @@ class Clients:
         with its TLS context; connections): about 100 ms per stage otherwise spent inside the
         first error after a start. A service that is down costs only the attempt here: the
         task meets it for real and retries or says so."""
-        for name in sorted({n for q in consumed for n in WARM.get(q, ())}):
+        built = sorted({n for q in consumed for n in WARM.get(q, ())})
+        for name in built:
             getattr(self, name)
         try:
             self.redis.ping()
-            if "vectors" in {n for q in consumed for n in WARM.get(q, ())}:
+            if "vectors" in built:
                 self.vectors.connect()
         except (redis.RedisError, TracehoundError, OSError) as exc:
             log.warning("worker.warm_failed", extra={"reason": f"{type(exc).__name__}: {exc}"})

@@ -79,7 +79,6 @@ def chunks_covering(spans: list[tuple[int, int, int]], line: int | None) -> list
 class _Part:
     """One loaded segment: its terms in the repo-wide vocabulary and which documents live."""
 
-    sid: int
     seg: Segment
     gids: np.ndarray  # local term -> repo-wide term id
     live: np.ndarray  # bool per document
@@ -125,7 +124,7 @@ class _Vocabulary:
         self.ids: dict[str, int] = {}
         self.df = np.zeros(0, dtype=np.int64)
 
-    def add(self, sid: int, seg: Segment, dead: np.ndarray) -> _Part:
+    def add(self, seg: Segment, dead: np.ndarray) -> _Part:
         vocab = seg.postings.vocab
         gids = np.fromiter(
             (self.ids.setdefault(w, len(self.ids)) for w in vocab), dtype=np.int64, count=len(vocab)
@@ -136,7 +135,7 @@ class _Vocabulary:
             self.df = grown
         live = np.ones(len(seg), dtype=bool)
         live[dead] = False
-        part = _Part(sid, seg, gids, live, np.diff(seg.postings.indptr).astype(np.int64))
+        part = _Part(seg, gids, live, np.diff(seg.postings.indptr).astype(np.int64))
         if len(dead):
             part.live_df = part.live_df - part.dead_df(dead)
         self.df[gids] += part.live_df
@@ -365,7 +364,7 @@ class BM25Index:
             if seg is None:  # retired by a merge after the state was read: read it again
                 self._loaded[repo] = _Loaded(loaded.view, parts, vocab)
                 return None
-            parts[info.sid] = vocab.add(info.sid, seg, dead)
+            parts[info.sid] = vocab.add(seg, dead)
         ordered = [parts[s.sid] for s in state.segments]
         view = KeywordView(repo, self.corpus, state, ordered, vocab, loaded.view)
         self._loaded[repo] = _Loaded(view, parts, vocab)
