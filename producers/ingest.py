@@ -38,7 +38,7 @@ from shared.core.errors import PermanentError
 from shared.core.persistence import persistence_warning
 from shared.core.settings import Settings
 from shared.intake.events import Ignored, from_record, from_text
-from shared.intake.submit import Intake, Submitted
+from shared.intake.submit import Intake
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +304,7 @@ def create_app(
         )
         try:
             submitted = (
-                await run_in_threadpool(_submit_all, intake, batch.accepted)
+                await run_in_threadpool(intake.submit_many, batch.accepted)
                 if batch.accepted
                 else []
             )
@@ -368,10 +368,6 @@ def create_app(
             Route("/readyz", readyz, methods=["GET"]),
         ]
     )
-
-
-def _submit_all(intake: Intake, events: list[ErrorEvent]) -> list[Submitted]:
-    return [intake.submit(event) for event in events]
 
 
 def _ping(sender: Celery) -> None:

@@ -21,9 +21,17 @@ from celery.signals import before_task_publish
 
 from shared.core import queues
 from shared.core.domain import ErrorEvent, GroupRef, Posted
+from shared.core.messages import SENT_AT, chain_message
 from shared.core.settings import Settings
 
-SENT_AT = "th_sent_at"  # message header: when it was published (workers measure queue wait)
+# The analysis chain, in order; each stage passes its result to the next.
+ANALYSIS_STAGES = (
+    queues.EMBED_QUERY,
+    queues.RETRIEVE,
+    queues.RERANK,
+    queues.ANALYZE,
+    queues.NOTIFY,
+)
 
 
 def stamp_sent_at(headers: dict[str, Any] | None = None, **_: Any) -> None:
@@ -68,22 +76,34 @@ def _send(
     )
 
 
-def analysis_chain(
-    app: Celery, event: ErrorEvent, group: GroupRef | None = None, revises: Posted | None = None
-) -> Any:
-    """The five stages for one error event; each stage passes its result to the next."""
+def _payload(
+    event: ErrorEvent, group: GroupRef | None = None, revises: Posted | None = None
+) -> dict[str, Any]:
     payload: dict[str, Any] = {"event": event.model_dump(mode="json")}
     if group is not None:
         payload["group"] = group.model_dump(mode="json")
     if revises is not None:
         payload["revises"] = revises.model_dump(mode="json")
-    return chain(
-        _sig(app, queues.EMBED_QUERY, payload),
-        _sig(app, queues.RETRIEVE),
-        _sig(app, queues.RERANK),
-        _sig(app, queues.ANALYZE),
-        _sig(app, queues.NOTIFY),
-    )
+    return payload
+
+
+def analysis_chain(
+    app: Celery, event: ErrorEvent, group: GroupRef | None = None, revises: Posted | None = None
+) -> Any:
+    """The stages for one error event; each stage passes its result to the next."""
+    first, *rest = ANALYSIS_STAGES
+    return chain(_sig(app, first, _payload(event, group, revises)), *(_sig(app, n) for n in rest))
+
+
+def analysis_message(
+    app: Celery, event: ErrorEvent, group: GroupRef | None = None
+) -> tuple[str, bytes, AsyncResult]:
+    """The message that starts ``analysis_chain`` — Celery's own format, built without its
+    publisher (shared/core/messages.py) — for intake to LPUSH in its Redis pipeline:
+    (queue, message, the chain's result)."""
+    steps = [(name, queues.ROUTES[name]) for name in ANALYSIS_STAGES]
+    queue, message, ids = chain_message(steps, [_payload(event, group)], reply_to=app.thread_oid)
+    return queue, message, AsyncResult(ids[-1], app=app)
 
 
 def enqueue_error(

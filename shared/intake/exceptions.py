@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from shared.core.memo import TextMemo
+
 _MAX_LINE = 300  # patterns read a line up to here (a megabyte line must not cost seconds)
 
 _PY_TRACEBACK = re.compile(r"^(?:[ ]*[+|][ -]?)?[ ]*(?:Exception Group )?Traceback \(most recent")
@@ -78,9 +80,19 @@ def _message(m: re.Match[str], group: str, line: str) -> str:
     return line[m.start(group) :].strip() if cut else m[group].strip()
 
 
-def printed(text: str) -> list[Printed]:
+_PRINTED: TextMemo[tuple[Printed, ...]] = TextMemo()
+_MEMO_MIN_CHARS = 256  # a stack trace: storms repeat the same one; short texts are cheap
+
+
+def printed(text: str) -> tuple[Printed, ...]:
     """Every exception line of ``text``, in the order printed; suppressed exceptions (Java's
     ``Suppressed:``) and frames are not exception lines."""
+    if len(text) >= _MEMO_MIN_CHARS:
+        return _PRINTED.get(text, None, lambda: _printed(text))
+    return _printed(text)
+
+
+def _printed(text: str) -> tuple[Printed, ...]:
     found: list[Printed] = []
     in_traceback = False
     lines = _lines(text)
@@ -114,7 +126,7 @@ def printed(text: str) -> list[Printed]:
                 found.append(Printed("Fatal error", m["fatal"].strip(), True))
         elif line.startswith("Next ") and (m := _PHP_NEXT.match(full)):
             found.append(Printed(m["type"], (m["msg"] or "").strip(), True))
-    return found
+    return tuple(found)
 
 
 def _next(lines: list[str], i: int) -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.core.domain import ErrorEvent
+from shared.core.memo import TextMemo
 from shared.intake.exceptions import chain as exception_chain
 from shared.intake.frames import Frame, normalize_path, parse_frames
 
@@ -357,13 +358,23 @@ def _digest(payload: Mapping[str, Any]) -> str:
     return f"v{FINGERPRINT_VERSION}:" + hashlib.sha1(blob.encode("ascii")).hexdigest()
 
 
+_TRACES: TextMemo[tuple[tuple[str, ...], tuple[str, ...]]] = TextMemo()
+
+
+def _trace_parts(trace: str, config: GroupingConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(exception types, frame keys) of a trace, parsed once per distinct trace: a storm
+    repeats the same stack thousands of times."""
+    return _TRACES.get(
+        trace, config, lambda: (exception_chain(trace), frame_signature(trace, config))
+    )
+
+
 def fingerprint(event: ErrorEvent, config: GroupingConfig = GroupingConfig()) -> Fingerprint:
     """The event's group key (see the module docstring for what goes in)."""
     trace = event.stacktrace or event.message  # some shippers put the whole trace in "message"
-    types = exception_chain(trace) if trace else ()
+    types, frames = _trace_parts(trace, config) if trace else ((), ())
     if not types and event.exception_type:
         types = (event.exception_type,)
-    frames = frame_signature(trace, config) if trace else ()
     normalized = normalize_message(event.message or event.stacktrace)
     base = {"v": FINGERPRINT_VERSION, "service": event.service}
 

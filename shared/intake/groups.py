@@ -16,6 +16,7 @@ producer died before it enqueued it).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,42 +28,63 @@ IDLE_EXPIRY_S = 30 * 24 * 3600
 START_OVERDUE_MS = 30_000  # a window's chain not marked started by then is started again
 
 _RECORD = """
--- KEYS: group, seen ; ARGV: window_ms, service, expiry_s, event_id, stale_ms, seen_ttl_s
+-- Counts a batch of events of one group, in order, each as if recorded alone.
+-- KEYS: group, then one seen key per event ; ARGV: window_ms, service, expiry_s, stale_ms,
+-- seen_ttl_s, then one event id per event. Returns {new, window_start, count, duplicate} per
+-- event, then {total, first_seen, now}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ws = tonumber(redis.call('HGET', KEYS[1], 'window_start'))
-if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[6]) then
-  -- Counted before: count nothing. If this event opened the window and its chain was never
-  -- enqueued (the producer died in between), its replay starts it now.
-  local again = 0
-  if ws and redis.call('HGET', KEYS[1], 'started') ~= tostring(ws)
-      and redis.call('HGET', KEYS[1], 'pending') == ARGV[4] then
-    again = 1
+local window_ms, stale_ms = tonumber(ARGV[1]), tonumber(ARGV[4])
+local out = {}
+local counted = 0
+-- A window opened by this call counts as started for the rest of it: its producer starts the
+-- chain right after, as it would have before recording the next event one by one.
+local opened = nil
+for i = 2, #KEYS do
+  local id = ARGV[4 + i]
+  local ws = tonumber(redis.call('HGET', KEYS[1], 'window_start'))
+  local started = opened or redis.call('HGET', KEYS[1], 'started')
+  if not redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[5]) then
+    -- Counted before: count nothing. If this event opened the window and its chain was never
+    -- enqueued (the producer died in between), its replay starts it now.
+    local again = 0
+    if ws and started ~= tostring(ws) and redis.call('HGET', KEYS[1], 'pending') == id then
+      again = 1
+      opened = tostring(ws)
+    end
+    out[#out + 1] = {again, ws or 0, tonumber(redis.call('HGET', KEYS[1], 'window_count')) or 0, 1}
+  else
+    local new = 0
+    if (not ws) or (now - ws >= window_ms) then
+      ws = now
+      new = 1
+      redis.call('HSET', KEYS[1], 'window_start', now, 'window_count', 0, 'pending', id)
+    elseif started ~= tostring(ws) then
+      -- The window's first event never got its chain enqueued (the producer died in between):
+      -- its replay (same id), or any event once the start is overdue, starts it instead.
+      if redis.call('HGET', KEYS[1], 'pending') == id or now - ws > stale_ms then
+        new = 1
+        redis.call('HSET', KEYS[1], 'pending', id)
+      end
+    end
+    local count = redis.call('HINCRBY', KEYS[1], 'window_count', 1)
+    counted = counted + 1
+    if new == 1 then
+      opened = tostring(ws)
+    end
+    out[#out + 1] = {new, ws, count, 0}
   end
-  local g = redis.call('HMGET', KEYS[1], 'window_count', 'total', 'first_seen', 'last_seen')
-  return {again, ws or 0, tonumber(g[1]) or 0, tonumber(g[2]) or 0, tonumber(g[3]) or now,
-          tonumber(g[4]) or now, 1}
 end
-local new = 0
-if (not ws) or (now - ws >= tonumber(ARGV[1])) then
-  ws = now
-  new = 1
-  redis.call('HSET', KEYS[1], 'window_start', now, 'window_count', 0, 'pending', ARGV[4])
-elseif redis.call('HGET', KEYS[1], 'started') ~= tostring(ws) then
-  -- The window's first event never got its chain enqueued (the producer died in between):
-  -- its replay (same id), or any event once the start is overdue, starts it instead.
-  if redis.call('HGET', KEYS[1], 'pending') == ARGV[4] or now - ws > tonumber(ARGV[5]) then
-    new = 1
-    redis.call('HSET', KEYS[1], 'pending', ARGV[4])
-  end
+if counted > 0 then
+  redis.call('HSETNX', KEYS[1], 'first_seen', now)
+  redis.call('HSETNX', KEYS[1], 'service', ARGV[2])
+  redis.call('HSET', KEYS[1], 'last_seen', now)
+  redis.call('HINCRBY', KEYS[1], 'total', counted)
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
 end
-redis.call('HSETNX', KEYS[1], 'first_seen', now)
-redis.call('HSETNX', KEYS[1], 'service', ARGV[2])
-redis.call('HSET', KEYS[1], 'last_seen', now)
-local count = redis.call('HINCRBY', KEYS[1], 'window_count', 1)
-local total = redis.call('HINCRBY', KEYS[1], 'total', 1)
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-return {new, ws, count, total, tonumber(redis.call('HGET', KEYS[1], 'first_seen')), now, 0}
+local g = redis.call('HMGET', KEYS[1], 'total', 'first_seen', 'last_seen')
+out[#out + 1] = {tonumber(g[1]) or 0, tonumber(g[2]) or now, tonumber(g[3]) or now}
+return out
 """
 
 
@@ -110,20 +132,45 @@ class GroupStore:
 
     def record(self, fp: str, service: str, event_id: str) -> Occurrence:
         """Count one event of the group (once per event id)."""
-        new, ws, count, total, first, now, dup = self._record(
-            keys=[keys.group(fp), keys.seen(service, event_id)],
+        [occurrence] = self.record_many([(fp, service, [event_id])])[0]
+        return occurrence
+
+    def record_many(
+        self, batches: Sequence[tuple[str, str, Sequence[str]]]
+    ) -> list[list[Occurrence]]:
+        """Count events group by group, each id once: ``(fingerprint, service, event ids)``
+        per group, one script call per group and one round trip for all of them. Within a
+        group the ids count in order, exactly as one ``record`` each would."""
+        if len(batches) == 1:  # no pipeline: it would first ask whether the script is loaded
+            fp, service, ids = batches[0]
+            return [self._parse(fp, self._call(fp, service, ids, self.r))]
+        pipe = self.r.pipeline(transaction=False)
+        for fp, service, ids in batches:
+            self._call(fp, service, ids, pipe)
+        replies = pipe.execute()
+        return [self._parse(fp, reply) for (fp, _, _), reply in zip(batches, replies, strict=True)]
+
+    def _call(self, fp: str, service: str, ids: Sequence[str], client: Any) -> Any:
+        return self._record(
+            keys=[keys.group(fp), *(keys.seen(service, i) for i in ids)],
             args=[
                 self.window_ms,
                 service,
                 IDLE_EXPIRY_S,
-                event_id,
                 START_OVERDUE_MS,
                 self.dedup_ttl_s,
+                *ids,
             ],
+            client=client,
         )
-        return Occurrence(
-            fp, bool(new), int(ws), int(count), int(total), int(first), int(now), bool(dup)
-        )
+
+    @staticmethod
+    def _parse(fp: str, reply: list[list[Any]]) -> list[Occurrence]:
+        total, first, now = (int(v) for v in reply[-1])
+        return [
+            Occurrence(fp, bool(new), int(ws), int(count), total, first, now, bool(dup))
+            for new, ws, count, dup in reply[:-1]
+        ]
 
     def claim_analysis(
         self, fp: str, window_start: int, task_id: str, *, revision: bool = False
@@ -189,9 +236,17 @@ class GroupStore:
 
     def claim_update(self, fp: str, interval_s: float) -> bool:
         """At most one pending count update per group and interval (SET NX)."""
-        return bool(
-            self.r.set(keys.group_update(fp), "1", nx=True, px=max(1, int(interval_s * 1000)))
-        )
+        [claimed] = self.claim_updates([fp], interval_s)
+        return claimed
+
+    def claim_updates(self, fps: Sequence[str], interval_s: float) -> list[bool]:
+        """``claim_update`` for several groups in one round trip."""
+        if not fps:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for fp in fps:
+            pipe.set(keys.group_update(fp), "1", nx=True, px=max(1, int(interval_s * 1000)))
+        return [bool(v) for v in pipe.execute()]
 
     def mark_thread_reply(self, fp: str, at_ms: int) -> None:
         self.r.hset(keys.group(fp), "thread_reply_at", at_ms)

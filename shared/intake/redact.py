@@ -33,6 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.core.domain import Candidate, ErrorEvent
+from shared.core.memo import TextMemo
+
+MEMO_MIN_CHARS = 512  # texts this long (stack traces) are redacted once per distinct text
 
 
 @dataclass(frozen=True)
@@ -311,6 +314,12 @@ class Redactor:
         self.rules: tuple[Rule, ...] = tuple(all_rules() if rules is None else rules)
         self.enabled = enabled
         names = {rule.name for rule in self.rules}
+        self._long: TextMemo[str] = TextMemo(size=512)  # stack traces repeat; messages vary
+        triggers = sorted({t for rule in self.rules for t in rule.triggers}, key=len)
+        # One search tells whether a short text (a message) holds any trigger at all: most
+        # hold none, and then only the rules without triggers run.
+        self._any_trigger = re.compile("|".join(map(re.escape, triggers))) if triggers else None
+        self._untriggered = tuple(rule for rule in self.rules if not rule.triggers)
         self._attribute_keys = tuple(
             (name, pattern) for name, pattern in _SECRET_ATTRIBUTE_KEYS if name in names
         )
@@ -341,10 +350,18 @@ class Redactor:
     def redact(self, text: str) -> str:
         if not self.enabled or not text:
             return text
+        if len(text) >= MEMO_MIN_CHARS:
+            return self._long.get(text, None, lambda: self._redact(text, self.rules))
+        lowered = text.lower()
+        if self._any_trigger is not None and self._any_trigger.search(lowered) is None:
+            return self._redact(text, self._untriggered, lowered)
+        return self._redact(text, self.rules, lowered)
+
+    def _redact(self, text: str, rules: Sequence[Rule], lowered: str | None = None) -> str:
         # Triggers are tested on the original text: a replacement only inserts a marker, and no
         # rule matches text that a marker brought in.
-        lowered = text.lower()
-        for rule in self.rules:
+        lowered = text.lower() if lowered is None else lowered
+        for rule in rules:
             if rule.triggers and not any(t in lowered for t in rule.triggers):
                 continue
             if rule.prefilter is not None and not rule.prefilter.search(text):
