@@ -249,7 +249,7 @@ WARM: dict[str, tuple[str, ...]] = {
     "embed": ("query_embedder", "bulk_embedder", "model_http"),
     "retrieve": ("keywords", "prior", "redactor", "vectors"),
     "rerank": ("reranker", "model_http"),
-    "llm": ("chat", "analysis_cache", "redactor", "model_http"),
+    "llm": ("chat", "analysis_cache", "redactor", "model_http", "courier", "groups"),
     "notify": ("courier", "groups"),
     "index": ("corpus", "vectors"),
 }

@@ -1,6 +1,7 @@
 """The pipeline wired in one place: which tasks, in which order, on which queues.
 
-    embed_query [embed] → retrieve [retrieve] → rerank [rerank] → analyze [llm] → notify [notify]
+    embed_query [embed] → retrieve [retrieve] → rerank [rerank] → analyze + post [llm]
+    notify [notify]: a post Slack did not take at once (paced, 429, down), retried there
     update_group, thread_reply [notify]: a group's count updates and thread replies
     index_files / index_file [index] → embed_chunks [embed]      remove_file, prune_repo [index]
 
@@ -24,13 +25,14 @@ from shared.core.domain import ErrorEvent, GroupRef, Posted
 from shared.core.messages import SENT_AT, chain_message
 from shared.core.settings import Settings
 
-# The analysis chain, in order; each stage passes its result to the next.
+# The analysis chain, in order; each stage passes its result to the next. The last one posts
+# the message itself when Slack takes it at once (one queue hop less per error) and hands it to
+# ``notify`` otherwise, so the model worker never waits on Slack's pacing or retries.
 ANALYSIS_STAGES = (
     queues.EMBED_QUERY,
     queues.RETRIEVE,
     queues.RERANK,
     queues.ANALYZE,
-    queues.NOTIFY,
 )
 
 
@@ -120,6 +122,12 @@ def enqueue_error(
     once per group and window; tests and tools may call it directly for one analysis.
     """
     return analysis_chain(app, event, group, revises).apply_async(task_id=task_id)
+
+
+def notify_step(app: Celery, investigation: dict[str, Any]) -> Signature:
+    """Delivery on the notify queue, for the analyze task to ``replace`` itself with (the
+    chain's result is then notify's, under the same task id)."""
+    return _sig(app, queues.NOTIFY, investigation)
 
 
 def enqueue_reanalysis(

@@ -78,10 +78,11 @@ def depth(r: Any, queue: str) -> int:
 RESTORE_SWEEP_S = 5  # how often a worker looks for messages whose holder stopped renewing them
 
 
-# The analysis chain's stages before notify hand their result to the next stage in its message;
+# The analysis chain's stages before analyze hand their result to the next stage in its message;
 # nobody reads them from the result backend, so they are not stored there (a failure still is,
-# and marks the rest of the chain failed). The chain's last result is what callers wait on.
-RESULT_NOT_READ = frozenset({EMBED_QUERY, RETRIEVE, RERANK, ANALYZE})
+# and marks the rest of the chain failed). The chain's last result (analyze's, or notify's when
+# analyze handed the post over) is what callers wait on.
+RESULT_NOT_READ = frozenset({EMBED_QUERY, RETRIEVE, RERANK})
 
 
 def celery_config(

@@ -74,7 +74,8 @@ def test_sample_error_names_the_buggy_file_and_crosses_every_queue(
     assert analysis["summary"] and analysis["suggested_fix"]
     assert analysis["hypotheses"] and 0 <= analysis["hypotheses"][0]["confidence"] <= 1
     assert analysis["hypotheses"][0]["evidence"][0].startswith(BUGGY + ":")
-    assert [v["queue"] for v in result["trail"]] == ["embed", "retrieve", "rerank", "llm", "notify"]
+    # Slack took the post at once: analyze posted it, no hop to the notify queue.
+    assert [v["queue"] for v in result["trail"]] == ["embed", "retrieve", "rerank", "llm"]
     assert result["destination"] == "slack" and result["channel"] == SLACK_CHANNEL
     [message] = posted_for(slack_sim, result["event_id"])
     assert BUGGY in json.dumps(message["blocks"]) and BUGGY in message["text"]
@@ -162,6 +163,8 @@ def test_slack_429_then_200_posts_exactly_one_message(
     assert statuses == [429, 200]
     assert len(posted_for(slack_sim, result["event_id"])) == 1
     assert result["ts"]
+    # The 429 sent the post to the notify queue: the model worker did not wait out Retry-After.
+    assert [v["queue"] for v in result["trail"]][-2:] == ["llm", "notify"]
 
 
 def test_unknown_channel_is_a_clear_permanent_error_kept_in_the_file(
@@ -198,7 +201,7 @@ def test_an_event_with_no_text_at_all_still_produces_a_message(indexed: None, se
 def test_only_the_chains_last_stage_leaves_a_result_in_redis(
     indexed: None, sender: Any, redis_client: Any
 ) -> None:
-    """The stages before notify pass their output in the next stage's message; storing it too
+    """The stages before analyze pass their output in the next stage's message; storing it too
     (the whole investigation, for a week) was a write per hop that nothing read."""
     event = parse_event((DATA / "sample-error.txt").read_text(), service="shop-api", repo=REPO)
     last = enqueue_error(sender, event)
@@ -208,7 +211,7 @@ def test_only_the_chains_last_stage_leaves_a_result_in_redis(
     while node is not None:
         stages.append(node.id)
         node = node.parent
-    assert len(stages) == 4  # embed_query, retrieve, rerank, analyze
+    assert len(stages) == 3  # embed_query, retrieve, rerank
     assert redis_client.exists(f"celery-task-meta-{last.id}")
     assert not any(redis_client.exists(f"celery-task-meta-{tid}") for tid in stages)
 

@@ -80,7 +80,7 @@ def test_celery_config_carries_routes_broker_and_a_short_redelivery() -> None:
     assert transport["unacked_restore_interval"] * transport["unacked_restore_throttle"] <= 5
 
 
-def test_analysis_chain_runs_the_five_stages_in_order_on_their_queues() -> None:
+def test_analysis_chain_runs_the_four_stages_in_order_on_their_queues() -> None:
     app = sender_app(Settings(redis_url="redis://127.0.0.1:1/0"))
     try:
         chain = analysis_chain(app, ErrorEvent(service="checkout", repo="shop", message="x"))
@@ -91,8 +91,7 @@ def test_analysis_chain_runs_the_five_stages_in_order_on_their_queues() -> None:
         ("tracehound.embed_query", "embed"),
         ("tracehound.retrieve", "retrieve"),
         ("tracehound.rerank", "rerank"),
-        ("tracehound.analyze", "llm"),
-        ("tracehound.notify", "notify"),
+        ("tracehound.analyze", "llm"),  # posts, or hands the post to notify
     ]
 
 

@@ -1,8 +1,9 @@
-"""The analysis chain's five stages; each takes and returns an Investigation as JSON.
+"""The analysis chain's four stages; each takes and returns an Investigation as JSON.
 
-Wired in shared/core/pipeline.py: embed_query → retrieve → rerank → analyze → notify. A stage that
-cannot do its job degrades and says so in the investigation's notes, so every event ends in a
-message; only Slack delivery retries until Slack takes it.
+Wired in shared/core/pipeline.py: embed_query → retrieve → rerank → analyze, which posts the
+message (or hands it to notify when Slack does not take it at once). A stage that cannot do its
+job degrades and says so in the investigation's notes, so every event ends in a message; only
+Slack delivery retries until Slack takes it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from shared.core.domain import (
     Investigation,
 )
 from shared.core.errors import PermanentError, TracehoundError, TransientError
+from shared.core.pipeline import notify_step
 from shared.models.reranker import rerank_candidates
+from shared.notify.delivery import ClaimHeld, Paced, deliver
 from shared.retrieve.hybrid import hybrid_retrieve
 from shared.retrieve.query import build_query
 from workers import context, metrics
@@ -146,4 +149,9 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         done = with_analysis(inv, degraded(f"LLM took longer than {limit}s", model=ctx.chat.model))
     if done.analysis is not None and done.analysis.degraded:
         metrics.fallback("analyze")
-    return done.model_dump(mode="json")
+    try:
+        return deliver(done, ctx.courier).model_dump(mode="json")
+    except (Paced, ClaimHeld, TransientError):
+        # Slack is paced, busy with this post, or unreachable: the notify queue waits for it
+        # (under this task's id, so the chain's result is its), not the model worker.
+        raise self.replace(notify_step(app, done.model_dump(mode="json"))) from None
