@@ -23,6 +23,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,12 @@ class Fingerprint:
     kind: str  # "frames" | "message" | "rule"
     exception_types: tuple[str, ...]  # outermost -> root cause, names as printed
     frames: tuple[str, ...] = field(default=())  # "module:function", nearest the raise first
-    normalized_message: str = ""
+    message: str = field(default="", repr=False)  # what normalized_message is made of
+
+    @cached_property
+    def normalized_message(self) -> str:
+        """Only worked out when asked for: a key made of frames never reads it."""
+        return normalize_message(self.message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,7 +381,7 @@ def fingerprint(event: ErrorEvent, config: GroupingConfig = GroupingConfig()) ->
     types, frames = _trace_parts(trace, config) if trace else ((), ())
     if not types and event.exception_type:
         types = (event.exception_type,)
-    normalized = normalize_message(event.message or event.stacktrace)
+    message = event.message or event.stacktrace
     base = {"v": FINGERPRINT_VERSION, "service": event.service}
 
     match_types = types
@@ -384,12 +390,21 @@ def fingerprint(event: ErrorEvent, config: GroupingConfig = GroupingConfig()) ->
     for rule in config.rules:
         if rule.matches(match_types, event.message):
             value = _digest({**base, "kind": "rule", "rule": rule.fingerprint})
-            return Fingerprint(value, "rule", types, frames, normalized)
+            return Fingerprint(value, "rule", types, frames, message)
     if frames:
-        value = _digest({**base, "kind": "frames", "types": list(types), "frames": list(frames)})
-        return Fingerprint(value, "frames", types, frames, normalized)
+        return Fingerprint(
+            _frames_key(event.service, types, frames), "frames", types, frames, message
+        )
+    normalized = normalize_message(message)
     value = _digest({**base, "kind": "message", "types": list(types), "message": normalized})
-    return Fingerprint(value, "message", types, (), normalized)
+    return Fingerprint(value, "message", types, (), message)
+
+
+@lru_cache(maxsize=4096)
+def _frames_key(service: str, types: tuple[str, ...], frames: tuple[str, ...]) -> str:
+    """The key of a frames fingerprint, hashed once per distinct stack and service."""
+    base = {"v": FINGERPRINT_VERSION, "service": service}
+    return _digest({**base, "kind": "frames", "types": list(types), "frames": list(frames)})
 
 
 # ---------------------------------------------------------------------------------------------
