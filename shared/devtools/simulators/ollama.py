@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -78,7 +79,7 @@ def hashed_embedding(text: str, dim: int = DEFAULT_DIM) -> list[float]:
             text = text[len(prefix) :]
             break
     vector = [0.0] * dim
-    for token, count in Counter(tokenize(text)).items():
+    for token, count in Counter(_tokens(text)).items():
         digest = int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest())
         sign = 1.0 if digest >> 63 else -1.0
         vector[digest % dim] += sign * (1.0 + math.log(count))
@@ -88,10 +89,22 @@ def hashed_embedding(text: str, dim: int = DEFAULT_DIM) -> list[float]:
     return [v / norm for v in vector]
 
 
+@lru_cache(maxsize=8192)
+def _tokens(text: str) -> tuple[str, ...]:
+    """``tokenize``, remembered: the same chunks and prompts come back request after request,
+    and a zero-latency simulator should spend next to nothing on them."""
+    return tuple(tokenize(text))
+
+
+@lru_cache(maxsize=8192)
+def _token_set(text: str) -> frozenset[str]:
+    return frozenset(_tokens(text))
+
+
 def rerank_raw_score(query: str, document: str) -> float:
     """Lexical relevance: shared distinct tokens over ``sqrt(distinct document tokens + 1)``."""
-    query_tokens = set(tokenize(query))
-    doc_tokens = set(tokenize(document))
+    query_tokens = _token_set(query)
+    doc_tokens = _token_set(document)
     return len(query_tokens & doc_tokens) / math.sqrt(len(doc_tokens) + 1)
 
 
@@ -163,8 +176,8 @@ def parse_prompt(text: str) -> PromptContext:
         start, end = _line_range(attrs.get("lines", ""))
         path = attrs.get("path", f"unknown-{number}")
         candidates.append(PromptCandidate(rank, path, start, end, match["body"].strip("\n")))
-    error_tokens = set(tokenize(error))
-    overlaps = tuple(len(error_tokens & set(tokenize(f"{c.path}\n{c.code}"))) for c in candidates)
+    error_tokens = _token_set(error)
+    overlaps = tuple(len(error_tokens & _token_set(f"{c.path}\n{c.code}")) for c in candidates)
     return PromptContext(error, exception_line, tuple(candidates), overlaps)
 
 
@@ -935,7 +948,7 @@ class OllamaSimulator(LoopbackSimulator):
                 "embeddings": vectors,
                 "total_duration": int((time.perf_counter() - started) * 1e9),
                 "load_duration": load_ns,
-                "prompt_eval_count": sum(len(tokenize(t)) for t in texts),
+                "prompt_eval_count": sum(len(_tokens(t)) for t in texts),
             },
         )
 
@@ -1032,7 +1045,7 @@ class OllamaSimulator(LoopbackSimulator):
                 else latency.get("chat", 0.0)
             )
         pieces = [content[i : i + _PIECE_CHARS] for i in range(0, len(content), _PIECE_CHARS)]
-        prompt_tokens = sum(len(tokenize(str(m.get("content") or ""))) for m in messages)
+        prompt_tokens = sum(len(_tokens(str(m.get("content") or ""))) for m in messages)
 
         def final() -> dict[str, Any]:
             total = int((time.perf_counter() - started) * 1e9)
@@ -1107,7 +1120,7 @@ class OllamaSimulator(LoopbackSimulator):
             if body.get("return_documents"):
                 result["document"] = {"text": docs[i]}
             results.append(result)
-        tokens = len(tokenize(query)) * len(docs) + sum(len(tokenize(d)) for d in docs)
+        tokens = len(_tokens(query)) * len(docs) + sum(len(_tokens(d)) for d in docs)
         if ollama_shape and model is not None:
             self._after_reply(model, body)
         return h.send_json(
