@@ -1,28 +1,33 @@
-"""Ingest throughput: the log tailer on a big log, and HTTP ingest, into a private Redis.
+"""HTTP ingest throughput into a private Redis, beside a trivial endpoint; and one enqueue.
 
-    python benchmarks/ingest.py [--tail-mb 1024] [--events 5000]
+    python benchmarks/ingest.py [--events 20000] [--clients 4] [--runs 3]
 
-Starts a private redis-server. No workers run, so this measures reading, grouping and
-enqueueing only; the queued chains are counted in Redis afterwards.
+Starts a private redis-server. No workers run: measured is taking events in (decode, the event
+model, redaction, fingerprinting, counting, starting chains), not analysing them.
 
-- tailer: a generated log of ``--tail-mb`` MB of ordinary lines in which 1% of the records are
-  Python tracebacks (5 lines each) is read from the start by the tailer, once with a no-op
-  enqueue (reading and grouping alone) and once enqueueing into Redis;
-- HTTP: ``tracehound ingest`` (one uvicorn process) receives the sample stack trace as events,
-  one per request and as NDJSON batches of 100 (what Vector and Fluent Bit send).
+- HTTP: ``tracehound ingest`` (one uvicorn process) receives the sample stack trace as events
+  whose messages differ in a request id (one error group, as in a storm), as NDJSON batches of
+  100 (what Vector and Fluent Bit send) and one event per request. In the same run, the
+  reference: a trivial Starlette endpoint in its own uvicorn process that LPUSHes each request
+  body to Redis and answers 202 — the floor of HTTP + Redis on this machine.
+- One enqueue (in this process): starting one analysis chain with Celery's
+  ``chain.apply_async``, with intake's compact message (``analysis_message`` + LPUSH, what
+  intake does), and a bare LPUSH of the event's JSON.
+
+The log tailer's throughput is benchmarks/tail_throughput.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import httpx
 import redis
@@ -30,7 +35,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.devtools.localstack import start_ingest, start_redis
+from shared.devtools.localstack import free_port, spawn, start_ingest, start_redis, wait_until
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 TOKEN = "bench"
@@ -48,14 +53,13 @@ def record(i: int) -> str:
     )
 
 
-def run(url: str, bodies: list[str], clients: int) -> float:
+def post_all(url: str, bodies: list[str], clients: int) -> float:
     headers = {"Authorization": f"Bearer {TOKEN}"}
 
     def send(chunk: list[str]) -> None:
         with httpx.Client(headers=headers, timeout=60) as c:
             for body in chunk:
-                r = c.post(f"{url}/v1/events", content=body)
-                r.raise_for_status()
+                c.post(f"{url}/v1/events", content=body).raise_for_status()
 
     parts = [bodies[i::clients] for i in range(clients)]
     t0 = time.perf_counter()
@@ -64,118 +68,156 @@ def run(url: str, bodies: list[str], clients: int) -> float:
     return time.perf_counter() - t0
 
 
-INFO = "2026-11-30 10:00:00,123 INFO [shop.api] GET /orders/12345 200 in 12ms user=4711 ok\n"
-ERROR = (
-    "2026-11-30 10:00:00,456 ERROR [shop.api] unhandled exception on POST /orders\n"
-    "Traceback (most recent call last):\n"
-    '  File "/srv/app/shopapp/services/pricing.py", line 91, in _allocate_discount\n'
-    "    line.unit_discount_cents = round_half_up(share / line.quantity)\n"
-    "ZeroDivisionError: division by zero\n"
-)
+def serve_trivial(port: int, redis_url: str) -> None:
+    """The reference endpoint: LPUSH the body, answer 202 (no parsing, no grouping)."""
+    import redis.asyncio as aioredis
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
 
+    client = aioredis.Redis.from_url(redis_url)
 
-def make_log(path: Path, megabytes: int) -> tuple[int, int]:
-    """A log of about ``megabytes`` MB where 1 record in 100 is a traceback: (lines, errors)."""
-    block = (INFO * 99 + ERROR).encode()
-    lines_per_block = 99 + ERROR.count("\n")
-    blocks = max(1, megabytes * (1 << 20) // len(block))
-    chunk = block * 100
-    with open(path, "wb") as f:
-        for _ in range(blocks // 100):
-            f.write(chunk)
-        f.write(block * (blocks % 100))
-    return blocks * lines_per_block, blocks
+    async def events(request: Request) -> JSONResponse:
+        await client.lpush("trivial", await request.body())
+        return JSONResponse({"ok": True}, status_code=202)
 
+    async def healthz(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
 
-def tail_file(path: Path, state: Path, enqueue: Callable[[Any], None]) -> tuple[float, int]:
-    from producers.tailer import Tailer
-
-    tailer = Tailer(
-        [str(path)],
-        service="shop-api",
-        repo="bench",
-        enqueue=enqueue,
-        state_path=state,
-        from_start=True,
-        flush_after=0.2,
+    app = Starlette(
+        routes=[Route("/v1/events", events, methods=["POST"]), Route("/healthz", healthz)]
     )
-    size = path.stat().st_size
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def start_trivial(workdir: Path, redis_url: str) -> tuple[object, str]:
+    port = free_port()
+    argv = [sys.executable, __file__, "--serve-trivial", str(port), redis_url]
+    proc = spawn("trivial-endpoint", argv, workdir / "logs")
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: httpx.get(f"{url}/healthz", timeout=1).is_success, 30, "trivial endpoint")
+    return proc, url
+
+
+def per_call_ms(fn: Callable[[], object], n: int = 500) -> float:
+    for _ in range(50):
+        fn()
     t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n * 1000
+
+
+def one_enqueue(redis_url: str) -> dict[str, float]:
+    from shared.core.pipeline import analysis_message, enqueue_error, sender_app
+    from shared.core.settings import Settings
+    from shared.intake.events import parse_event
+
+    app = sender_app(Settings(redis_url=redis_url))
+    r = redis.Redis.from_url(redis_url)
+    event = parse_event(TRACE, service="shop-api", repo="bench")
+
+    def compact() -> None:
+        _, message, _ = analysis_message(app, event)
+        r.lpush("compact", message)
+
     try:
-        while True:
-            tailer.poll_once()
-            [followed] = tailer.files.values()
-            if followed.offset >= size and followed.grouper.safe_offset() is None:
-                break
+        return {
+            "celery_ms": per_call_ms(lambda: enqueue_error(app, event)),
+            "compact_ms": per_call_ms(compact),
+            "lpush_ms": per_call_ms(lambda: r.lpush("bare", event.model_dump_json())),
+            "compact_bytes": len(analysis_message(app, event)[1]),
+            "event_bytes": len(event.model_dump_json()),
+        }
     finally:
-        tailer.close()
-    return time.perf_counter() - t0, tailer.events
+        r.close()
+        app.close()
+
+
+def run_once(events: int, clients: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="th-ingest-") as tmp:
+        work = Path(tmp)
+        redis_proc, redis_url = start_redis(work)
+        ingest, url = start_ingest(
+            work, {"TRACEHOUND_REDIS_URL": redis_url, "TRACEHOUND_INGEST_TOKEN": TOKEN}
+        )
+        trivial, trivial_url = start_trivial(work, redis_url)
+        try:
+            batched = [
+                "\n".join(record(i) for i in range(j, j + 100)) for j in range(0, events, 100)
+            ]
+            single = [record(i) for i in range(events, events + events // 10)]
+            out = {
+                "ndjson": len(batched) * 100 / post_all(url, batched, clients),
+                "trivial": len(batched) * 100 / post_all(trivial_url, batched, clients),
+                "single": len(single) / post_all(url, single, clients),
+                "trivial_single": len(single) / post_all(trivial_url, single, clients),
+            }
+            r = redis.Redis.from_url(redis_url)
+            out["chains"] = r.llen("embed")
+            r.close()
+            out |= one_enqueue(redis_url)
+        finally:
+            trivial.stop()  # type: ignore[attr-defined]
+            ingest.stop()
+            redis_proc.stop()
+    return out
 
 
 def main() -> int:
+    if len(sys.argv) == 4 and sys.argv[1] == "--serve-trivial":
+        serve_trivial(int(sys.argv[2]), sys.argv[3])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=5000)
+    ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--clients", type=int, default=4)
-    ap.add_argument("--tail-mb", type=int, default=1024)
+    ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="th-ingest-") as tmp:
-        redis_proc, redis_url = start_redis(Path(tmp))
-        log = Path(tmp) / "app.log"
-        n_lines, n_errors = make_log(log, args.tail_mb)
-        mb = log.stat().st_size / (1 << 20)
-        secs_parse, events_parse = tail_file(log, Path(tmp) / "s1.json", lambda e: None)
-        from shared.core.pipeline import enqueue_error, sender_app
-        from shared.core.settings import Settings
+    runs = [run_once(args.events, args.clients) for _ in range(args.runs)]
 
-        app = sender_app(Settings(redis_url=redis_url))
-        secs_full, events_full = tail_file(
-            log, Path(tmp) / "s2.json", lambda e: enqueue_error(app, e)
-        )
-        app.close()
-        tail_rows = [
-            ("read + group (no-op enqueue)", secs_parse, events_parse),
-            ("read + group + enqueue to Redis", secs_full, events_full),
-        ]
-        ingest, url = start_ingest(
-            Path(tmp), {"TRACEHOUND_REDIS_URL": redis_url, "TRACEHOUND_INGEST_TOKEN": TOKEN}
-        )
-        try:
-            single = [record(i) for i in range(args.events // 5)]
-            rows.append(("1 event / request", len(single), run(url, single, args.clients)))
-            batched = [
-                "\n".join(record(i) for i in range(j, j + 100)) for j in range(0, args.events, 100)
-            ]
-            rows.append(
-                ("NDJSON, 100 / request", len(batched) * 100, run(url, batched, args.clients))
-            )
-            queued = redis.Redis.from_url(redis_url).llen("embed")
-        finally:
-            ingest.stop()
-            redis_proc.stop()
+    def cell(key: str, fmt: str, of: Callable[[dict[str, float]], float] | None = None) -> str:
+        values = [of(r) if of else r[key] for r in runs]
+        med, lo, hi = statistics.median(values), min(values), max(values)
+        return f"{fmt.format(med)} ({fmt.format(lo)}–{fmt.format(hi)})"
+
     print(
-        f"\nLog tailer, {mb:,.0f} MB log, {n_lines:,} lines, {n_errors:,} tracebacks (1% of "
-        "records), read from the start\n"
+        f"\nHTTP ingest → Redis, {args.events:,} events (NDJSON, 100 per request) and "
+        f"{args.events // 10:,} single-event requests, sample trace ({len(TRACE):,} bytes) per "
+        f"event, {args.clients} client threads; median of {args.runs} runs (min–max), 2 cores "
+        "shared by clients, server and Redis\n"
     )
-    print("| tailer | seconds | MB/s | lines/s | events/s | events |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, secs, events in tail_rows:
-        print(
-            f"| {name} | {secs:.1f} | {mb / secs:,.1f} | {n_lines / secs:,.0f} | "
-            f"{events / secs:,.0f} | {events:,} |"
-        )
+    print("| figure | goal | measured | in-run reference |")
+    print("|---|---|---:|---:|")
     print(
-        f"\nHTTP ingest → Redis, {args.clients} client threads, sample trace "
-        f"({len(TRACE)} bytes) per event, 2 cores shared by client, server and Redis\n"
+        f"| NDJSON, 100 events / request | ≥ 10,000 events/s | {cell('ndjson', '{:,.0f}')} "
+        f"events/s | trivial endpoint (LPUSH the body): {cell('trivial', '{:,.0f}')} events/s |"
     )
-    print("| request shape | events | seconds | events/s |")
-    print("|---|---:|---:|---:|")
-    for name, n, secs in rows:
-        print(f"| {name} | {n} | {secs:.2f} | {n / secs:,.0f} |")
     print(
-        f"\nchains waiting on the embed queue afterwards: {queued} (expected "
-        f"{events_full + 1}: one per tailed event, and one for all the HTTP events: the same "
-        "error and so one group)"
+        f"| … as a share of the trivial endpoint | ≥ 50% | "
+        f"{cell('', '{:.0%}', lambda r: r['ndjson'] / r['trivial'])} | — |"
+    )
+    print(
+        f"| 1 event / request | — | {cell('single', '{:,.0f}')} events/s | trivial endpoint: "
+        f"{cell('trivial_single', '{:,.0f}')} events/s |"
+    )
+    print(
+        f"| one enqueue: intake's compact chain message + LPUSH | within 3x of LPUSH | "
+        f"{cell('compact_ms', '{:.3f}')} ms "
+        f"({cell('', '{:.1f}', lambda r: r['compact_ms'] / r['lpush_ms'])}x) | "
+        f"LPUSH of the event's JSON: {cell('lpush_ms', '{:.3f}')} ms |"
+    )
+    print(
+        f"| one enqueue: Celery `chain.apply_async` (before) | — | "
+        f"{cell('celery_ms', '{:.3f}')} ms | — |"
+    )
+    last = runs[-1]
+    print(
+        f"\nmessage size: {last['compact_bytes']:,.0f} B for a {last['event_bytes']:,.0f} B "
+        f"event; chains waiting on the embed queue after each run: "
+        f"{', '.join(str(int(r['chains'])) for r in runs)} (expected 1: every HTTP event is "
+        "the same error, one group)"
     )
     return 0
 

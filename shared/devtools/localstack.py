@@ -218,6 +218,26 @@ def start_ingest(workdir: Path, env: Mapping[str, str], *args: str) -> tuple[Pro
     return proc, url
 
 
+def start_simulator(kind: str, workdir: Path, *args: str) -> tuple[Proc, str]:
+    """The ``ollama`` or ``slack`` simulator in a process of its own (its CPU is not charged
+    to whoever measures), on a free port, answering; (process, URL). Its state is read over
+    HTTP (``GET /_sim/messages``, ``/_sim/log``)."""
+    port = free_port()
+    proc = spawn(
+        f"{kind}-simulator",
+        [sys.executable, "-m", f"shared.devtools.simulators.{kind}", "--port", str(port), *args],
+        workdir / "logs",
+    )
+    url = f"http://127.0.0.1:{port}"
+    probe = "/api/tags" if kind == "ollama" else "/_sim/config"
+    try:
+        wait_until(lambda: httpx.get(url + probe, timeout=1).is_success, 30, f"{kind} simulator")
+    except TimeoutError as exc:
+        proc.stop()
+        raise TimeoutError(f"{exc}\n{proc.log_tail(15)}") from exc
+    return proc, url
+
+
 def wait_for_consumers(redis_url: str, queues: Sequence[str], timeout: float = 90.0) -> None:
     """Until every queue has a worker consuming it (asked through Celery's control API)."""
     from shared.core.pipeline import sender_app
