@@ -330,6 +330,12 @@ class Grouper:
             return self._close()
         return []
 
+    def plain_or_idle(self) -> bool:
+        """Nothing pending, or a plain record (which never holds blank lines): a line that cannot
+        continue a plain record then closes it and starts its own (producers/skim.py relies on
+        it to skip such lines)."""
+        return self._pending is None or self._pending.state == PLAIN
+
     def safe_offset(self) -> int | None:
         """Offset before which every line is in a returned record; None if nothing is pending."""
         return self._pending.start if self._pending is not None else None

@@ -86,7 +86,7 @@ def run_tailer(corpus: Corpus, url: str, workdir: Path) -> None:
             [str(path)],
             service=service_of(record),
             repo=service_of(record),
-            enqueue=intake.submit,
+            enqueue_many=lambda events: [intake.submit(e) for e in events],  # TODO submit_many
             state_path=workdir / f"state-{i}.json",
             from_start=True,
         )
