@@ -25,29 +25,52 @@ are U+0130 (``i`` and a combining dot, which no marker can span) and U+212A (``k
 
 Every line that is not quiet is fed. Of a run of quiet lines, those fed are the first ones
 until the grouper holds a plain record (or nothing) — they may continue a trace — and the last
-one, which may be the first line of what follows (a logback header before its exception). The
-lines skipped between would each have been a one-line record intake ignores, and feeding the
-last one leaves the grouper exactly as feeding them all would (same pending record and start
-offset, so the tailer's checkpoints stay exact). A skipped line must be short enough that
-neither the tailer nor the grouper cuts it (a cut line ends in a marker text of ours).
+one when it may be the header of what follows (a logback line before its exception, a line
+before indented ones: ``may_continue_plain``) or when the run ends the buffer (the next read
+may continue it). Each line skipped would have been a one-line record intake ignores, closed by
+the next line fed, and the grouper ends up exactly as if fed them all (same pending record and
+start offset, so the tailer's checkpoints stay exact). A skipped line must be short enough that
+neither the tailer nor the grouper cuts it: a cut line ends in a text of ours, and "… E …[line
+truncated" holds a level the line did not (tests/unit/test_skim.py has one).
+
+Markers are searched per window of whole lines with one search per word (a regex starting with
+a literal is as fast as ``bytes.find``; an alternation of words would be ten times slower).
 """
 
 from __future__ import annotations
 
 import re
 
-from producers.multiline import Grouper, Record
+from producers.multiline import Grouper, Record, may_continue_plain
 
 LINE_TRUNCATED = " …[line truncated by tracehound]"
 WINDOW = 256 << 10  # bytes searched per pass: a window stays in the CPU cache across the passes
 
-# Lower case, and "o" read as "r" so that one search for "err" also finds "eror".
+# Lower case, and "o" read as "r" so that a search for "err" also finds "eror".
 _FOLD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZo", b"abcdefghijklmnrpqrstuvwxyzr")
-_FOLDED_WORDS = (b"err", b"fatal", b"crit", b"severe", b"panic", b"emerg", b"alert", b"assert")
-_WORDS = (b"Exception", b"Throwable", b"Traceback")
-# The one-letter levels maybe_error looks for (" E ", "E/", logcat and threadtime forms).
-_LETTER = bytes.maketrans(b"EFA", b"\x01\x01\x01")
-_LETTER_FORMS = (b" \x01 ", b"\x01/")
+# Each search starts with a literal, which the regex engine skips to as fast as bytes.find; one
+# search finds the six words with "er" in them (checking what precedes "er" only there).
+_IN_FOLDED = tuple(
+    re.compile(p)
+    for p in (
+        rb"er(?:r|(?<=sever)e|(?<=emer)g|(?<=aler)t|(?<=asser)t)",
+        rb"fatal",
+        rb"crit",
+        rb"panic",
+    )
+)
+_AS_WRITTEN = tuple(
+    re.compile(p)
+    for p in (
+        rb"Exception",
+        rb"Throwable",
+        rb"Traceback",
+        # The one-letter levels maybe_error looks for: " E " and "E/" (logcat, threadtime).
+        rb"E(?:/|(?<= E) )",
+        rb"F(?:/|(?<= F) )",
+        rb"A(?:/|(?<= A) )",
+    )
+)
 _HEAD = (
     rb"(?:[^\x21-\x7e]|[{/]|[EF][0-9\x80-\xff]|goroutine |Caused by: |Wrapped by: |Stack trace:"
     rb"|Unhandled|node:|file:|[A-Za-z]:\\|(?:WARNING|INFO|CONFIG|FINE\w*): )"
@@ -75,20 +98,18 @@ def candidate_starts(buf: bytes, lo: int, hi: int) -> list[int]:
 
 def _search(buf: bytes, a: int, b: int, starts: set[int]) -> None:
     """Add the start of every line of ``buf[a:b]`` (whole lines) that holds a marker."""
-    for m in _NEXT_LINE_HEAD.finditer(buf, max(a - 1, 0), b):
-        starts.add(m.start() + 1)
-    window = buf[a:b]
-    for text, words in (
-        (window.translate(_FOLD), _FOLDED_WORDS),
-        (window, _WORDS),
-        (window.translate(_LETTER), _LETTER_FORMS),
-    ):
-        for word in words:
-            i = text.find(word)
-            while i >= 0:
-                starts.add(a + text.rfind(b"\n", 0, i) + 1)
-                nl = text.find(b"\n", i)
-                i = text.find(word, nl) if nl >= 0 else -1
+    for head in _NEXT_LINE_HEAD.finditer(buf, max(a - 1, 0), b):
+        starts.add(head.start() + 1)
+    folded = buf[a:b].translate(_FOLD)
+    for text, lo, hi, patterns in ((buf, a, b, _AS_WRITTEN), (folded, 0, b - a, _IN_FOLDED)):
+        for pattern in patterns:
+            m = pattern.search(text, lo, hi)
+            while m is not None:
+                at = m.start()
+                nl = text.rfind(b"\n", lo, at)
+                starts.add(a + nl + 1 - lo if nl >= 0 else a)
+                nl = text.find(b"\n", at, hi)  # the line is a candidate: on to the next one
+                m = pattern.search(text, nl, hi) if nl >= 0 else None
 
 
 def group_lines(
@@ -103,47 +124,56 @@ def group_lines(
 ) -> list[Record]:
     """The records ``grouper`` closes while reading the lines of ``buf[lo:hi]`` (``lo`` a line
     start, ``hi`` just after a newline, ``buf[0]`` at file offset ``base``), leaving it as
-    feeding every line would; records made of quiet lines only are left out."""
+    feeding every line would; records of one quiet line are left out (intake ignores them)."""
     # The grouper cuts a line over max_bytes / 4 encoded bytes; an undecodable byte encodes
     # as three (U+FFFD).
     short = min(max_line_bytes, grouper.max_bytes // 4 // 3)
     out: list[Record] = []
+    alone: dict[int, int] = {}  # start -> end of the quiet lines fed, each maybe a record
 
-    def feed(start: int, end: int) -> None:
+    def text_of(start: int, end: int) -> str:
         raw = buf[start:end]
         if len(raw) > max_line_bytes:
             text = raw[:max_line_bytes].decode("utf-8", errors="replace").rstrip("\r")
-            text += LINE_TRUNCATED
-        else:
-            text = raw.decode("utf-8", errors="replace").rstrip("\r")
+            return text + LINE_TRUNCATED
+        return raw.decode("utf-8", errors="replace").rstrip("\r")
+
+    def feed(start: int, end: int, text: str | None = None) -> None:
+        if text is None:
+            if end - start <= short:  # a quiet line: alone, it is a record intake ignores
+                alone[base + start] = base + end + 1
+            text = text_of(start, end)
         out.extend(grouper.feed(text, base + start, base + end + 1, now))
 
-    def quiet(p: int, e: int) -> None:
+    def quiet(p: int, e: int, *, keep_last: bool) -> None:
+        """Quiet lines [p, e): fed until the grouper holds a plain record or nothing, then
+        only the last one, and that only if what follows could make it a record's header."""
         while p < e and not grouper.plain_or_idle():
             nl = buf.find(b"\n", p, e)
             feed(p, nl)
             p = nl + 1
         if p >= e:
             return
-        last = max(p, buf.rfind(b"\n", p, e - 1) + 1)
+        last = max(p, buf.rfind(b"\n", p, e - 1) + 1) if keep_last else e
         if not _all_short(buf, p, last, short):
-            while p < e:
-                nl = buf.find(b"\n", p, e)
-                feed(p, nl)
-                p = nl + 1
-            return
-        feed(last, e - 1)
+            last = p  # a line something would cut: feed them all
+        if last < e:
+            while last < e:
+                nl = buf.find(b"\n", last, e)
+                feed(last, nl)
+                last = nl + 1
 
     pos = lo
     for start in candidate_starts(buf, lo, hi):
-        if start > pos:
-            quiet(pos, start)
         end = buf.find(b"\n", start, hi)
-        feed(start, end)
+        text = text_of(start, end)
+        if start > pos:
+            quiet(pos, start, keep_last=may_continue_plain(text))
+        feed(start, end, text)
         pos = end + 1
     if pos < hi:
-        quiet(pos, hi)
-    return out
+        quiet(pos, hi, keep_last=True)  # the next read may go on with a record it starts
+    return [r for r in out if alone.get(r.start) != r.end]
 
 
 def _all_short(buf: bytes, p: int, e: int, limit: int) -> bool:
