@@ -23,7 +23,8 @@ What it guarantees (tests/integration/test_tail_chaos.py breaks it on purpose):
 - **Outages.** When intake cannot take a round's events (Redis down), the file is rewound to
   its checkpoint, the tailer backs off (capped exponential, one log line per attempt) and reads
   again from there once Redis is back.
-- **Hand-over.** A round's events of a file go to intake in one call, in file order; only
+- **Hand-over.** A round's events of a file go to intake in one call, in file order (what a
+  truncation flushes goes first, in a call of its own, as the file starts over); only
   lines that may be part of an error record go through the grouper and only records that may
   be errors become events (producers/skim.py); ``skim=False`` feeds every line and builds an
   event for every record, the reference the fast path is tested against.
@@ -68,8 +69,9 @@ STATE_VERSION = 2
 RETIRED_MAX = 256  # identities of closed files remembered for copies that appear later
 BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
 
-# One call per file and round with that round's events, in order; the return value (the group
-# decisions) is unused. Raising means nothing after the last checkpoint was handed over.
+# One call per file and round with that round's events, in order (a truncation flushes what was
+# pending in a call of its own); the return value (the group decisions) is unused. Raising
+# means nothing after the last checkpoint was handed over.
 EnqueueMany = Callable[[list[ErrorEvent]], object]
 
 
@@ -532,28 +534,27 @@ class Tailer:
         size = os.fstat(fl.f.fileno()).st_size
         return size < fl.offset or (fl.fp_final and not same_head(fl.f, fl.fp, fl.fp_len))
 
-    def _start_over(self, fl: Followed, now: float) -> list[ErrorEvent]:
-        """copytruncate: the same inode holds new content; its copy continues the old one.
-        Returns the events of the record that was pending, when no copy will read it whole."""
+    def _start_over(self, fl: Followed, now: float) -> None:
+        """copytruncate: the same inode holds new content; its copy continues the old one."""
         log.info("tail.truncated", extra={"path": fl.path, "offset": fl.offset})
         self.checkpoints.retire(fl.entry())  # its copy continues from here
         self._adopt_copies(fl, now)
-        events: list[ErrorEvent] = []
         if any(o is not fl and (o.fp, o.fp_len) == (fl.fp, fl.fp_len) for o in self.files.values()):
             fl.grouper = Grouper(**self._grouper_args)  # its copy reads the record whole
         else:
-            events = self._events(fl, fl.grouper.flush(now, force=True))  # no copy: what was read
+            # No copy: what was read of the old content goes now, in a hand-over of its own. If
+            # it fails, the file is rewound while its identity is still the old content's, so
+            # the next round finds the truncation again (the saved checkpoint is the old one).
+            self._hand_over(self._events(fl, fl.grouper.flush(now, force=True)))
         fl.offset = fl.partial_start = 0
         fl.partial.clear()
         fl.partial_overflow = False
         fl.fp, fl.fp_len, fl.fp_final = head_identity(fl.f)
-        return events
 
     def _read(self, fl: Followed, now: float) -> None:
         """One round of one file: read, group, then hand the round's events over at once."""
-        events: list[ErrorEvent] = []
         if self._truncated(fl):
-            events += self._start_over(fl, now)
+            self._start_over(fl, now)
         before = fl.snapshot()
         records = self._group(fl, now)
         if self._truncated(fl):
@@ -561,10 +562,9 @@ class Tailer:
             # content, read at the old content's offsets. Forget the round; the copy holds
             # the old content from where the round began, the file starts over at 0.
             fl.restore(before)
-            events += self._start_over(fl, now)
-            self._hand_over(events)
+            self._start_over(fl, now)
             return
-        events += self._events(fl, records)
+        events = self._events(fl, records)
         if not fl.fp_final:  # the file was short when first seen: its first line may be done
             fl.fp, fl.fp_len, fl.fp_final = head_identity(fl.f)
         if fl.partial and now - fl.last_growth >= self.flush_after:
