@@ -227,6 +227,11 @@ def _after_plain(line: str, first: str | None) -> str | None:
     return None
 
 
+def may_continue_plain(line: str) -> bool:
+    """Whether ``line`` could continue a plain record, whatever that record's first line."""
+    return _after_plain(line, None) is not None or is_jul_level_line(line)
+
+
 def _same_if(state: str, pattern: re.Pattern[str]) -> Callable[[str, bool], str | None]:
     """Indented lines and lines matching ``pattern`` continue a record in ``state``."""
     return lambda line, indented: state if indented or pattern.match(line) else None
@@ -330,6 +335,12 @@ class Grouper:
             return self._close()
         return []
 
+    def plain_or_idle(self) -> bool:
+        """Nothing pending, or a plain record (which never holds blank lines): a line that cannot
+        continue a plain record then closes it and starts its own (producers/skim.py relies on
+        it to skip such lines)."""
+        return self._pending is None or self._pending.state == PLAIN
+
     def safe_offset(self) -> int | None:
         """Offset before which every line is in a returned record; None if nothing is pending."""
         return self._pending.start if self._pending is not None else None
@@ -340,4 +351,4 @@ class Grouper:
         return [pending.record()] if pending is not None else []
 
 
-__all__ = ["MARKER", "Grouper", "Record"]
+__all__ = ["MARKER", "Grouper", "Record", "may_continue_plain"]

@@ -20,9 +20,14 @@ What it guarantees (tests/integration/test_tail_chaos.py breaks it on purpose):
 - **Where to start.** A file the tailer has never seen is read from its start — except on the
   very first run (no state file yet), where files already there are history, read from their
   end as ``tail -F`` does, unless ``--from-start``.
-- **Outages.** When intake cannot take an event (Redis down), the file is rewound to its
-  checkpoint, the tailer backs off (capped exponential, one log line per attempt) and reads
+- **Outages.** When intake cannot take a round's events (Redis down), the file is rewound to
+  its checkpoint, the tailer backs off (capped exponential, one log line per attempt) and reads
   again from there once Redis is back.
+- **Hand-over.** A round's events of a file go to intake in one call, in file order (what a
+  truncation flushes goes first, in a call of its own, as the file starts over); only
+  lines that may be part of an error record go through the grouper and only records that may
+  be errors become events (producers/skim.py); ``skim=False`` feeds every line and builds an
+  event for every record, the reference the fast path is tested against.
 
 copytruncate loses what is written between the copy and the truncate, in every tailer
 (Fluent Bit and Vector document the same); prefer ``create`` rotation.
@@ -41,17 +46,18 @@ import signal
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from producers.globs import Pattern, compile_patterns, matching_paths
 from producers.multiline import Grouper, Record
+from producers.skim import LINE_TRUNCATED, group_lines
 from shared.core.domain import ErrorEvent
 from shared.core.logs import Throttle
 from shared.core.settings import Settings
-from shared.intake.events import from_input
+from shared.intake.events import from_input, may_be_log_error
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +65,18 @@ FINGERPRINT_BYTES = 256
 MIN_COPY_FINGERPRINT = 32  # a first line shorter than this identifies nothing across copies
 READ_CHUNK = 1 << 20
 READ_BUDGET = 16 << 20  # bytes per file per round: other files and new ones get their turn
-LINE_TRUNCATED = " …[line truncated by tracehound]"
 STATE_VERSION = 2
 RETIRED_MAX = 256  # identities of closed files remembered for copies that appear later
 BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
 
-Enqueue = Callable[[ErrorEvent], object]  # the return value (a group decision) is unused
+# One call per file and round with that round's events, in order (a truncation flushes what was
+# pending in a call of its own); the return value (the group decisions) is unused. Raising
+# means nothing after the last checkpoint was handed over.
+EnqueueMany = Callable[[list[ErrorEvent]], object]
 
 
 class HandOverFailed(Exception):
-    """Intake could not take an event (its Redis is out of reach)."""
+    """Intake could not take a round's events (its Redis is out of reach)."""
 
 
 def head_identity(f: BinaryIO) -> tuple[str, int, bool]:
@@ -238,7 +246,7 @@ class Tailer:
         *,
         service: str,
         repo: str,
-        enqueue: Enqueue,
+        enqueue_many: EnqueueMany,
         state_path: Path,
         from_start: bool = False,
         max_line_bytes: int = 1 << 20,
@@ -250,10 +258,13 @@ class Tailer:
         linger: float = 30.0,
         inotify: bool = True,
         stop: threading.Event | None = None,
+        skim: bool = True,
+        read_chunk: int = READ_CHUNK,
     ) -> None:
         self.patterns = compile_patterns(patterns)
         self.service, self.repo = service, repo
-        self.enqueue = enqueue
+        self.enqueue_many = enqueue_many
+        self.skim, self.read_chunk = skim, read_chunk
         self.checkpoints = Checkpoints(state_path)
         # Only the very first run treats what is already there as history.
         self.history_at_start = not self.checkpoints.existed and not from_start
@@ -399,13 +410,61 @@ class Tailer:
 
     # --- reading ---------------------------------------------------------------------
 
+    def _group(self, fl: Followed, now: float) -> list[Record]:
+        """The records closed by reading on from the current offset (at most READ_BUDGET bytes
+        this round); a huge line is cut, never held whole."""
+        if not self.skim:
+            return [r for line in self._lines(fl, now) for r in fl.grouper.feed(*line, now)]
+        fl.f.seek(fl.offset)
+        records: list[Record] = []
+        budget = READ_BUDGET
+        while budget > 0 and not self.stop.is_set():
+            chunk = fl.f.read(min(self.read_chunk, budget))
+            if not chunk:
+                break
+            budget -= len(chunk)
+            fl.last_growth = now
+            base, pos = fl.offset, 0
+            if fl.partial_start < fl.offset:  # the chunk goes on with a line begun before it
+                nl = chunk.find(b"\n")
+                self._hold(fl, chunk if nl < 0 else chunk[:nl])
+                if nl < 0:
+                    fl.offset += len(chunk)
+                    continue
+                pos = nl + 1
+                records += fl.grouper.feed(self._take_line(fl), fl.partial_start, base + pos, now)
+                fl.partial_start = base + pos
+            last = chunk.rfind(b"\n", pos) + 1
+            if last > pos:
+                records += group_lines(
+                    fl.grouper,
+                    chunk,
+                    pos,
+                    last,
+                    base=base,
+                    now=now,
+                    max_line_bytes=self.max_line_bytes,
+                )
+                fl.partial_start = base + last
+                pos = last
+            self._hold(fl, chunk[pos:])
+            fl.offset = base + len(chunk)
+        return records
+
+    def _hold(self, fl: Followed, piece: bytes) -> None:
+        """Keep the start of a line whose newline is not read yet (at most max_line_bytes)."""
+        room = self.max_line_bytes - len(fl.partial)
+        if len(piece) > room:
+            fl.partial_overflow = True
+            piece = piece[: max(room, 0)]
+        fl.partial += piece
+
     def _lines(self, fl: Followed, now: float) -> Iterator[tuple[str, int, int]]:
-        """Complete lines from the current offset, at most READ_BUDGET bytes this round; a huge
-        line is cut, never held whole."""
+        """Every complete line from the current offset (the reference path, ``skim=False``)."""
         fl.f.seek(fl.offset)
         budget = READ_BUDGET
         while budget > 0 and not self.stop.is_set():
-            chunk = fl.f.read(min(READ_CHUNK, budget))
+            chunk = fl.f.read(min(self.read_chunk, budget))
             if not chunk:
                 return
             budget -= len(chunk)
@@ -436,8 +495,13 @@ class Tailer:
         fl.partial_overflow = False
         return text
 
-    def _emit(self, fl: Followed, records: list[Record]) -> None:
+    def _events(self, fl: Followed, records: list[Record]) -> list[ErrorEvent]:
+        """The records that are errors as events, each with its id (at their place in this file,
+        so take them before the file's identity changes)."""
+        events: list[ErrorEvent] = []
         for record in records:
+            if self.skim and not may_be_log_error(record.text):
+                continue  # what from_input would ignore, decided without building an event
             event = from_input(
                 record.text,
                 origin="log",
@@ -453,12 +517,17 @@ class Tailer:
                 fl.f.seek(reading_at)
             # The same record at the same place of the same file gets the same id.
             key = f"{fl.fp}:{record.start}:{record.text}".encode("utf-8", errors="replace")
-            event = event.model_copy(update={"id": hashlib.sha1(key).hexdigest()[:32]})
-            try:
-                self.enqueue(event)
-            except Exception as exc:
-                raise HandOverFailed(f"{type(exc).__name__}: {exc}") from exc
-            self.events += 1
+            events.append(event.model_copy(update={"id": hashlib.sha1(key).hexdigest()[:32]}))
+        return events
+
+    def _hand_over(self, events: Sequence[ErrorEvent]) -> None:
+        if not events:
+            return
+        try:
+            self.enqueue_many(list(events))
+        except Exception as exc:
+            raise HandOverFailed(f"{type(exc).__name__}: {exc}") from exc
+        self.events += len(events)
 
     def _truncated(self, fl: Followed) -> bool:
         """Whether the file started over (copytruncate) since it was read up to its offset."""
@@ -473,19 +542,21 @@ class Tailer:
         if any(o is not fl and (o.fp, o.fp_len) == (fl.fp, fl.fp_len) for o in self.files.values()):
             fl.grouper = Grouper(**self._grouper_args)  # its copy reads the record whole
         else:
-            self._emit(fl, fl.grouper.flush(now, force=True))  # no copy: what was read
+            # No copy: what was read of the old content goes now, in a hand-over of its own. If
+            # it fails, the file is rewound while its identity is still the old content's, so
+            # the next round finds the truncation again (the saved checkpoint is the old one).
+            self._hand_over(self._events(fl, fl.grouper.flush(now, force=True)))
         fl.offset = fl.partial_start = 0
         fl.partial.clear()
         fl.partial_overflow = False
         fl.fp, fl.fp_len, fl.fp_final = head_identity(fl.f)
 
     def _read(self, fl: Followed, now: float) -> None:
+        """One round of one file: read, group, then hand the round's events over at once."""
         if self._truncated(fl):
             self._start_over(fl, now)
         before = fl.snapshot()
-        records: list[Record] = []
-        for line, start, end in self._lines(fl, now):
-            records += fl.grouper.feed(line, start, end, now)
+        records = self._group(fl, now)
         if self._truncated(fl):
             # Truncated while this round read: the bytes past the old offset may be the new
             # content, read at the old content's offsets. Forget the round; the copy holds
@@ -493,15 +564,17 @@ class Tailer:
             fl.restore(before)
             self._start_over(fl, now)
             return
-        self._emit(fl, records)
+        events = self._events(fl, records)
         if not fl.fp_final:  # the file was short when first seen: its first line may be done
             fl.fp, fl.fp_len, fl.fp_final = head_identity(fl.f)
         if fl.partial and now - fl.last_growth >= self.flush_after:
             # A last line without its newline: the writer has stopped, take it as it is.
             end = fl.offset
-            self._emit(fl, fl.grouper.feed(self._take_line(fl), fl.partial_start, end, now))
+            records = fl.grouper.feed(self._take_line(fl), fl.partial_start, end, now)
+            events += self._events(fl, records)
             fl.partial_start = end
-        self._emit(fl, fl.grouper.flush(now))
+        events += self._events(fl, fl.grouper.flush(now))
+        self._hand_over(events)
         fl.read_at = time.time()
 
     def poll_once(self, now: float | None = None) -> None:
@@ -558,7 +631,7 @@ class Tailer:
 
     def _close(self, key: str, fl: Followed, now: float) -> None:
         """A rotated or deleted file fully read: flush what is pending and let it go."""
-        self._emit(fl, fl.grouper.flush(now, force=True))
+        self._hand_over(self._events(fl, fl.grouper.flush(now, force=True)))
         fl.f.close()
         del self.files[key]
         saved = self.checkpoints.entries.pop(key, None)
@@ -605,7 +678,7 @@ def run(
         patterns,
         service=service,
         repo=repo or service,
-        enqueue=intake.submit,
+        enqueue_many=intake.submit_many,
         state_path=state,
         from_start=from_start,
         max_trace_bytes=settings.max_trace_bytes,

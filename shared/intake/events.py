@@ -111,6 +111,22 @@ def _line_message(header: str) -> str:
 _LOGURU_PLACE = re.compile(r"^[\w.<>]+:[\w<>]+:\d+ - ")
 
 
+def _may_carry_level(lines: list[str]) -> bool:
+    return any(maybe_error(ln) for ln in lines[:2])
+
+
+def may_be_log_error(data: str) -> bool:
+    """False only where ``from_input(data, origin="log")`` is ``Ignored`` for want of an error
+    level and a stack, decided as cheaply as from_text decides it: the tailer asks before it
+    builds an event for a record."""
+    stripped = data.strip()
+    if stripped.startswith("{") and stripped.endswith("}"):
+        return True  # perhaps a JSON record: from_record decides
+    text = data.replace("\r\n", "\n").strip("\n")
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    return bool(lines) and (has_stack(text) or _may_carry_level(lines))
+
+
 def from_text(
     text: str,
     *,
@@ -131,7 +147,7 @@ def from_text(
         return Ignored("empty")
     stack = has_stack(text)
     if level is None:
-        if origin == "log" and not stack and not any(maybe_error(ln) for ln in lines[:2]):
+        if origin == "log" and not stack and not _may_carry_level(lines):
             return Ignored("no error level and no stack")  # most log lines: decided cheaply
         level = record_level(lines)
     if not _is_error(level, stack, origin):

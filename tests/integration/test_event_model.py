@@ -86,7 +86,7 @@ def run_tailer(corpus: Corpus, url: str, workdir: Path) -> None:
             [str(path)],
             service=service_of(record),
             repo=service_of(record),
-            enqueue=intake.submit,
+            enqueue_many=intake.submit_many,
             state_path=workdir / f"state-{i}.json",
             from_start=True,
         )

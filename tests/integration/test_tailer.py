@@ -47,17 +47,17 @@ def markers(events: list[ErrorEvent]) -> list[str]:
 
 
 class Collect:
-    """The enqueue interface as a list (the Redis path is covered by the SIGKILL test)."""
+    """The hand-over interface as a list (the Redis path is covered by the SIGKILL test)."""
 
     def __init__(self) -> None:
         self.events: list[ErrorEvent] = []
-        self.fail_next = 0
+        self.fail_next = 0  # hand-overs (one per file and round) that fail
 
-    def __call__(self, event: ErrorEvent) -> None:
+    def __call__(self, events: list[ErrorEvent]) -> None:
         if self.fail_next:
             self.fail_next -= 1
             raise ConnectionError("broker down")
-        self.events.append(event)
+        self.events.extend(events)
 
 
 @pytest.fixture
@@ -69,7 +69,7 @@ def tailer_for(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
             [pattern],
             service="shop-api",
             repo="sample",
-            enqueue=collect,
+            enqueue_many=collect,
             state_path=tmp_path / "state.json",
             from_start=True,
             flush_after=0.5,
@@ -159,7 +159,7 @@ def test_copytruncate_landing_while_a_round_reads_counts_each_error_once(  # typ
     now = settle(t, 0.0)
     with open(log, "a") as f:  # written, not read yet: only the copy will hold these
         f.write("".join(traceback_record(n) + info_line(n) for n in range(6, 11)))
-    lines = t._lines
+    group = t._group
 
     def rotate_then_read(fl, at):  # type: ignore[no-untyped-def]
         if fl.path == str(log) and not (tmp_path / "app.log.1").exists():
@@ -168,9 +168,9 @@ def test_copytruncate_landing_while_a_round_reads_counts_each_error_once(  # typ
                 w.truncate(0)
             with open(log, "a") as w:  # ... and the writer goes on, past the old offset
                 w.write("".join(traceback_record(n) + info_line(n) for n in range(11, 41)))
-        return lines(fl, at)
+        return group(fl, at)
 
-    t._lines = rotate_then_read
+    t._group = rotate_then_read
     settle(t, now + 1)
 
     assert sorted(markers(collect.events)) == sorted(f"marker-{n}" for n in range(1, 41))
@@ -245,7 +245,7 @@ def test_checkpoint_moves_only_after_enqueue_succeeds(tmp_path: Path, tailer_for
     log = tmp_path / "app.log"
     log.write_text(traceback_record(1) + traceback_record(2))
     collect = Collect()
-    collect.fail_next = 1  # the broker is down for the first event
+    collect.fail_next = 1  # the broker is down for the first hand-over
     t = tailer_for(str(log), collect)
     now = settle(t, 0.0)
     settle(t, now + 1)
