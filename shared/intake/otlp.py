@@ -1,0 +1,280 @@
+"""OpenTelemetry logs (OTLP/HTTP, protobuf or JSON) read into the one event model.
+
+An ``ExportLogsServiceRequest`` holds resources (``service.name``, ``service.version``…), each
+with scopes of log records. A record is an error when its severity is ERROR or above, or when
+it carries the semantic-convention ``exception.type`` / ``exception.message`` /
+``exception.stacktrace`` attributes (the OTel logging handlers set them from ``exc_info``). Each
+becomes a record for ``events.from_record``, so it is normalised like any other sent record.
+
+Protobuf requests are turned into the OTLP JSON shape (camelCase keys, enums as numbers) so one
+reader serves both encodings; ids in protobuf are bytes, in JSON hex, and only the hex is kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.core.domain import ErrorEvent
+from shared.core.errors import PermanentError
+from shared.intake.events import Ignored, from_record
+from shared.intake.levels import number_level
+
+EXCEPTION_KEYS = ("exception.type", "exception.message", "exception.stacktrace")
+MAX_ATTRIBUTES = 50
+MAX_VALUE_CHARS = 1000
+
+
+class OtlpError(ValueError):
+    """The body is not an OTLP logs request (a 400)."""
+
+
+@dataclass
+class LogBatch:
+    accepted: list[ErrorEvent] = field(default_factory=list)
+    ignored: int = 0  # records that are not errors (INFO and the like)
+    rejected: list[str] = field(default_factory=list)  # why each unusable record was refused
+    records: int = 0
+
+
+def _get(obj: dict[str, Any], camel: str, snake: str) -> Any:
+    """OTLP JSON names fields in lowerCamelCase; accept the proto names too."""
+    return obj.get(camel, obj.get(snake))
+
+
+def decode_request(body: bytes, protobuf: bool) -> dict[str, Any]:
+    """The request in the OTLP JSON shape, from protobuf or JSON bytes."""
+    if not protobuf:
+        try:
+            value = json.loads(body or b"{}")
+        except (ValueError, RecursionError) as exc:
+            raise OtlpError(f"malformed OTLP JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise OtlpError("an OTLP JSON request is an object with 'resourceLogs'")
+        return value
+    from google.protobuf.json_format import MessageToDict
+    from google.protobuf.message import DecodeError
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    message = ExportLogsServiceRequest()
+    try:
+        message.ParseFromString(body)
+    except (DecodeError, RecursionError) as exc:
+        raise OtlpError(f"malformed OTLP protobuf: {exc}") from exc
+    return MessageToDict(message, use_integers_for_enums=True)
+
+
+def count_records(request: dict[str, Any]) -> int:
+    total = 0
+    for resource in _list(_get(request, "resourceLogs", "resource_logs")):
+        for scope in _list(_get(resource, "scopeLogs", "scope_logs")):
+            total += len(_list(_get(scope, "logRecords", "log_records")))
+    return total
+
+
+def _list(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def any_value(value: Any) -> Any:
+    """An OTLP ``AnyValue`` as a plain value."""
+    if not isinstance(value, dict):
+        return None
+    for key in ("stringValue", "string_value"):
+        if key in value:
+            return value[key]
+    for key in ("boolValue", "bool_value", "doubleValue", "double_value"):
+        if key in value:
+            return value[key]
+    for key in ("intValue", "int_value"):
+        if key in value:
+            try:
+                return int(value[key])  # int64 is a string in OTLP JSON
+            except (TypeError, ValueError):
+                return value[key]
+    array = _get(value, "arrayValue", "array_value")
+    if isinstance(array, dict):
+        return [any_value(v) for v in _list(array.get("values"))[:MAX_ATTRIBUTES]]
+    kvlist = _get(value, "kvlistValue", "kvlist_value")
+    if isinstance(kvlist, dict):
+        return attributes(kvlist.get("values"))
+    raw = _get(value, "bytesValue", "bytes_value")
+    return raw if isinstance(raw, str) else None
+
+
+def attributes(values: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in _list(values)[: MAX_ATTRIBUTES * 4]:
+        key = kv.get("key")
+        if isinstance(key, str) and key:
+            out[key] = any_value(kv.get("value"))
+    return out
+
+
+def _hex_id(value: Any, protobuf: bool) -> str:
+    if not isinstance(value, str) or not value:
+        return ""
+    if protobuf:  # MessageToDict writes bytes as base64
+        try:
+            return base64.b64decode(value).hex()
+        except ValueError:
+            return ""
+    return value.lower()[:64]
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+        return value[:MAX_VALUE_CHARS] + "…"
+    return value
+
+
+def _timestamp(record: dict[str, Any]) -> str | None:
+    for camel, snake in (("timeUnixNano", "time_unix_nano"), ("observedTimeUnixNano", "")):
+        raw = _get(record, camel, snake or camel)
+        try:
+            nanos = int(raw)
+        except (TypeError, ValueError):
+            continue
+        if nanos > 0:
+            return datetime.fromtimestamp(nanos / 1e9, UTC).isoformat()
+    return None
+
+
+def _level(record: dict[str, Any]) -> str | None:
+    number = _get(record, "severityNumber", "severity_number")
+    if isinstance(number, int) and not isinstance(number, bool) and number > 0:
+        return number_level(number, "severity_number")
+    text = _get(record, "severityText", "severity_text")
+    return text if isinstance(text, str) and text else None
+
+
+def record_id(resource: dict[str, Any], scope: dict[str, Any], record: dict[str, Any]) -> str:
+    """What an exporter's retry repeats: a hash of the record with its resource and scope (the
+    timestamp in nanoseconds tells two occurrences of one error apart)."""
+    blob = json.dumps([resource, scope, record], sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:32]
+
+
+def _service(resource: dict[str, Any], default_service: str | None) -> str:
+    name = resource.get("service.name")
+    name = name if isinstance(name, str) else ""
+    if default_service and (not name or name.startswith("unknown_service")):
+        return default_service  # the SDK's placeholder when the app named no service
+    return name or "unknown_service"
+
+
+def _to_record(
+    resource: dict[str, Any],
+    scope: dict[str, Any],
+    record: dict[str, Any],
+    protobuf: bool,
+    default_service: str | None,
+) -> dict[str, Any]:
+    attrs = attributes(record.get("attributes"))
+    body = any_value(record.get("body"))
+    service = _service(resource, default_service)
+    own = {k: _short(v) for k, v in list(attrs.items())[:MAX_ATTRIBUTES] if k not in EXCEPTION_KEYS}
+    extra: dict[str, Any] = {
+        "otel": {
+            k: v
+            for k, v in {
+                "scope": scope.get("name") if isinstance(scope.get("name"), str) else "",
+                "trace_id": _hex_id(_get(record, "traceId", "trace_id"), protobuf),
+                "span_id": _hex_id(_get(record, "spanId", "span_id"), protobuf),
+                "severity_number": _get(record, "severityNumber", "severity_number"),
+            }.items()
+            if v not in (None, "")
+        },
+        "resource": {k: _short(v) for k, v in list(resource.items())[:MAX_ATTRIBUTES]},
+    }
+    if own:
+        extra["log_attributes"] = own
+    if isinstance(resource.get("service.version"), str):
+        extra["release"] = resource["service.version"]
+    for key in ("deployment.environment.name", "deployment.environment"):
+        if isinstance(resource.get(key), str):
+            extra["environment"] = resource[key]
+            break
+    if isinstance(resource.get("host.name"), str):
+        extra["server_name"] = resource["host.name"]
+    message = body if isinstance(body, str) else (json.dumps(body)[:8000] if body else "")
+    out: dict[str, Any] = {
+        "service": service,
+        "message": message or _text(attrs.get("exception.message")),
+        "attributes": extra,
+        "id": record_id(resource, scope, record),
+    }
+    if level := _level(record):
+        out["level"] = level
+    error = {
+        k: v
+        for k, v in {
+            "type": _text(attrs.get("exception.type")),
+            "message": _text(attrs.get("exception.message")),
+            "stack": _text(attrs.get("exception.stacktrace")),
+        }.items()
+        if v
+    }
+    if error:
+        out["error"] = error
+        out.setdefault("level", "ERROR")  # an exception with no severity is still an error
+    if stamp := _timestamp(record):
+        out["timestamp"] = stamp
+    return out
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ("" if value is None else str(value))
+
+
+def read_logs(
+    request: dict[str, Any],
+    *,
+    protobuf: bool,
+    default_service: str | None,
+    max_bytes: int,
+) -> LogBatch:
+    """The request's error records as ErrorEvents; the rest counted as ignored or rejected."""
+    batch = LogBatch()
+    for resource_logs in _list(_get(request, "resourceLogs", "resource_logs")):
+        resource_obj = resource_logs.get("resource")
+        resource = attributes(resource_obj.get("attributes")) if resource_obj else {}
+        for scope_logs in _list(_get(resource_logs, "scopeLogs", "scope_logs")):
+            scope = scope_logs.get("scope") if isinstance(scope_logs.get("scope"), dict) else {}
+            for record in _list(_get(scope_logs, "logRecords", "log_records")):
+                batch.records += 1
+                rec = _to_record(resource, scope or {}, record, protobuf, default_service)
+                try:
+                    found = from_record(
+                        rec, origin="sent", service=rec["service"], repo=None, max_bytes=max_bytes
+                    )
+                except (PermanentError, ValueError) as exc:
+                    batch.rejected.append(str(exc).splitlines()[0][:300])
+                    continue
+                if isinstance(found, Ignored):
+                    batch.ignored += 1
+                else:
+                    batch.accepted.append(found)
+    return batch
+
+
+def response_body(rejected: int, message: str, protobuf: bool) -> bytes:
+    """An ``ExportLogsServiceResponse``; ``partial_success`` only when records were refused."""
+    if protobuf:
+        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+            ExportLogsServiceResponse,
+        )
+
+        reply = ExportLogsServiceResponse()
+        if rejected:
+            reply.partial_success.rejected_log_records = rejected
+            reply.partial_success.error_message = message
+        return reply.SerializeToString()
+    body: dict[str, Any] = {}
+    if rejected:
+        body["partialSuccess"] = {"rejectedLogRecords": str(rejected), "errorMessage": message}
+    return json.dumps(body).encode()
