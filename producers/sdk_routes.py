@@ -8,7 +8,7 @@
   The reply is what SDKs expect: ``{"id": "<event_id>"}``.
 - ``POST /v1/logs``: OTLP/HTTP logs, protobuf or JSON (shared/intake/otlp.py), with the same
   bearer token as ``/v1/events``; the reply is an ``ExportLogsServiceResponse`` in the
-  request's encoding.
+  request's encoding. ``POST /v1/traces`` likewise, for the exceptions recorded on spans.
 
 Both keep ``/v1/events``'s guarantees: bounded bodies and item counts, gzip/deflate/br bodies,
 503 with Retry-After when Redis is out of reach (SDKs and OTLP exporters retry it), and ids a
@@ -124,6 +124,7 @@ class SdkRoutes:
             Route("/api/{project_id}/envelope/", self.envelope, methods=["POST"]),
             Route("/api/{project_id}/store/", self.store, methods=["POST"]),
             Route("/v1/logs", self.logs, methods=["POST"]),
+            Route("/v1/traces", self.traces, methods=["POST"]),
         ]
 
     # --- Sentry ------------------------------------------------------------------------------
@@ -251,6 +252,12 @@ class SdkRoutes:
         return scheme.lower() == "bearer" and secrets.compare_digest(value.strip(), self.token)
 
     async def logs(self, request: Request) -> Response:
+        return await self.otlp_export(request, otlp.LOGS)
+
+    async def traces(self, request: Request) -> Response:
+        return await self.otlp_export(request, otlp.TRACES)
+
+    async def otlp_export(self, request: Request, signal: otlp.Signal) -> Response:
         if not self.token_ok(request):
             return JSONResponse(
                 {"error": "missing or wrong bearer token"},
@@ -267,17 +274,18 @@ class SdkRoutes:
         limits = self.limits
         try:
             raw = await read_body(request, limits.max_body_bytes, limits.read_timeout)
-            decoded = otlp.decode_request(raw, protobuf)
+            decoded = otlp.decode_request(raw, protobuf, signal)
         except BodyError as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         except otlp.OtlpError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
-        if otlp.count_records(decoded) > limits.max_records:
+        if otlp.count_records(decoded, signal) > limits.max_records:
             return JSONResponse(
-                {"error": f"more than {limits.max_records} log records in one request"},
+                {"error": f"more than {limits.max_records} {signal.what} in one request"},
                 status_code=413,
             )
-        batch = otlp.read_logs(
+        read = otlp.read_logs if signal is otlp.LOGS else otlp.read_spans
+        batch = read(
             decoded,
             protobuf=protobuf,
             default_service=self.default_service,
@@ -290,6 +298,7 @@ class SdkRoutes:
         log.info(
             "ingest.otlp",
             extra={
+                "signal": signal.what,
                 "records": batch.records,
                 "accepted": len(batch.accepted),
                 "ignored": batch.ignored,
@@ -298,5 +307,5 @@ class SdkRoutes:
             },
         )
         reason = "; ".join(dict.fromkeys(batch.rejected))[:1000]
-        body = otlp.response_body(len(batch.rejected), reason, protobuf)
+        body = otlp.response_body(len(batch.rejected), reason, protobuf, signal)
         return Response(body, status_code=200, media_type=PROTOBUF if protobuf else kind)

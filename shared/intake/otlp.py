@@ -1,10 +1,13 @@
-"""OpenTelemetry logs (OTLP/HTTP, protobuf or JSON) read into the one event model.
+"""OpenTelemetry logs and span exceptions (OTLP/HTTP, protobuf or JSON) as ErrorEvents.
 
 An ``ExportLogsServiceRequest`` holds resources (``service.name``, ``service.version``…), each
 with scopes of log records. A record is an error when its severity is ERROR or above, or when
 it carries the semantic-convention ``exception.type`` / ``exception.message`` /
 ``exception.stacktrace`` attributes (the OTel logging handlers set them from ``exc_info``). Each
 becomes a record for ``events.from_record``, so it is normalised like any other sent record.
+
+Traces give only their exceptions: a span event named ``exception`` (``span.record_exception``)
+is read as an ERROR log record on that span.
 
 Protobuf requests are turned into the OTLP JSON shape (camelCase keys, enums as numbers) so one
 reader serves both encodings; ids in protobuf are bytes, in JSON hex, and only the hex is kept.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -46,7 +50,31 @@ def _get(obj: dict[str, Any], camel: str, snake: str) -> Any:
     return obj.get(camel, obj.get(snake))
 
 
-def decode_request(body: bytes, protobuf: bool) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Signal:
+    """Where one OTLP signal keeps its items: ``resourceLogs → scopeLogs → logRecords``."""
+
+    resources: tuple[str, str]
+    scopes: tuple[str, str]
+    items: tuple[str, str]
+    what: str  # what the items are called in replies
+
+
+LOGS = Signal(
+    ("resourceLogs", "resource_logs"),
+    ("scopeLogs", "scope_logs"),
+    ("logRecords", "log_records"),
+    "log records",
+)
+TRACES = Signal(
+    ("resourceSpans", "resource_spans"),
+    ("scopeSpans", "scope_spans"),
+    ("spans", "spans"),
+    "spans",
+)
+
+
+def decode_request(body: bytes, protobuf: bool, signal: Signal = LOGS) -> dict[str, Any]:
     """The request in the OTLP JSON shape, from protobuf or JSON bytes."""
     if not protobuf:
         try:
@@ -58,9 +86,15 @@ def decode_request(body: bytes, protobuf: bool) -> dict[str, Any]:
         return value
     from google.protobuf.json_format import MessageToDict
     from google.protobuf.message import DecodeError
+    from google.protobuf.message import Message as ProtoMessage
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
 
-    message = ExportLogsServiceRequest()
+    message: ProtoMessage = (
+        ExportLogsServiceRequest() if signal is LOGS else ExportTraceServiceRequest()
+    )
     try:
         message.ParseFromString(body)
     except (DecodeError, RecursionError) as exc:
@@ -68,12 +102,21 @@ def decode_request(body: bytes, protobuf: bool) -> dict[str, Any]:
     return MessageToDict(message, use_integers_for_enums=True)
 
 
-def count_records(request: dict[str, Any]) -> int:
-    total = 0
-    for resource in _list(_get(request, "resourceLogs", "resource_logs")):
-        for scope in _list(_get(resource, "scopeLogs", "scope_logs")):
-            total += len(_list(_get(scope, "logRecords", "log_records")))
-    return total
+def walk(
+    request: dict[str, Any], signal: Signal
+) -> Iterator[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """(resource attributes, scope, item) for every log record or span of the request."""
+    for resource_items in _list(_get(request, *signal.resources)):
+        resource_obj = resource_items.get("resource")
+        resource = attributes(resource_obj.get("attributes")) if resource_obj else {}
+        for scope_items in _list(_get(resource_items, *signal.scopes)):
+            scope = scope_items.get("scope")
+            for item in _list(_get(scope_items, *signal.items)):
+                yield resource, scope if isinstance(scope, dict) else {}, item
+
+
+def count_records(request: dict[str, Any], signal: Signal = LOGS) -> int:
+    return sum(1 for _ in walk(request, signal))
 
 
 def _list(value: Any) -> list[dict[str, Any]]:
@@ -240,41 +283,89 @@ def read_logs(
 ) -> LogBatch:
     """The request's error records as ErrorEvents; the rest counted as ignored or rejected."""
     batch = LogBatch()
-    for resource_logs in _list(_get(request, "resourceLogs", "resource_logs")):
-        resource_obj = resource_logs.get("resource")
-        resource = attributes(resource_obj.get("attributes")) if resource_obj else {}
-        for scope_logs in _list(_get(resource_logs, "scopeLogs", "scope_logs")):
-            scope = scope_logs.get("scope") if isinstance(scope_logs.get("scope"), dict) else {}
-            for record in _list(_get(scope_logs, "logRecords", "log_records")):
-                batch.records += 1
-                rec = _to_record(resource, scope or {}, record, protobuf, default_service)
-                try:
-                    found = from_record(
-                        rec, origin="sent", service=rec["service"], repo=None, max_bytes=max_bytes
-                    )
-                except (PermanentError, ValueError) as exc:
-                    batch.rejected.append(str(exc).splitlines()[0][:300])
-                    continue
-                if isinstance(found, Ignored):
-                    batch.ignored += 1
-                else:
-                    batch.accepted.append(found)
+    for resource, scope, record in walk(request, LOGS):
+        batch.records += 1
+        _add(batch, _to_record(resource, scope, record, protobuf, default_service), max_bytes)
     return batch
 
 
-def response_body(rejected: int, message: str, protobuf: bool) -> bytes:
-    """An ``ExportLogsServiceResponse``; ``partial_success`` only when records were refused."""
+def _add(batch: LogBatch, rec: dict[str, Any], max_bytes: int) -> None:
+    try:
+        found = from_record(
+            rec, origin="sent", service=rec["service"], repo=None, max_bytes=max_bytes
+        )
+    except (PermanentError, ValueError) as exc:
+        batch.rejected.append(str(exc).splitlines()[0][:300])
+        return
+    if isinstance(found, Ignored):
+        batch.ignored += 1
+    else:
+        batch.accepted.append(found)
+
+
+def read_spans(
+    request: dict[str, Any],
+    *,
+    protobuf: bool,
+    default_service: str | None,
+    max_bytes: int,
+) -> LogBatch:
+    """Exceptions recorded on spans (``span.record_exception``: an event named ``exception``
+    with the ``exception.*`` attributes) as ErrorEvents; spans without one are ignored."""
+    batch = LogBatch()
+    for resource, scope, span in walk(request, TRACES):
+        batch.records += 1
+        found = False
+        for n, event in enumerate(_list(span.get("events"))):
+            attrs = attributes(event.get("attributes"))
+            if event.get("name") != "exception" and not any(k in attrs for k in EXCEPTION_KEYS):
+                continue
+            found = True
+            # The span event as a log record at ERROR, on the span's trace and span ids.
+            record = {
+                "timeUnixNano": event.get("timeUnixNano", event.get("time_unix_nano")),
+                "severityNumber": 17,
+                "body": {
+                    "stringValue": _text(attrs.get("exception.message"))
+                    or _text(attrs.get("exception.type"))
+                    or _text(span.get("name"))
+                },
+                "attributes": [
+                    *_list(event.get("attributes")),
+                    {"key": "span.name", "value": {"stringValue": _text(span.get("name"))}},
+                ],
+                "traceId": _get(span, "traceId", "trace_id"),
+                "spanId": _get(span, "spanId", "span_id"),
+            }
+            rec = _to_record(resource, scope, record, protobuf, default_service)
+            rec["id"] = record_id(
+                resource, scope, {"span": span.get("spanId"), "event": n, **record}
+            )
+            _add(batch, rec, max_bytes)
+        if not found:
+            batch.ignored += 1
+    return batch
+
+
+def response_body(rejected: int, message: str, protobuf: bool, signal: Signal = LOGS) -> bytes:
+    """An ``Export{Logs,Trace}ServiceResponse``; ``partial_success`` only when items were
+    refused."""
+    counted = "rejected_log_records" if signal is LOGS else "rejected_spans"
     if protobuf:
         from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
             ExportLogsServiceResponse,
         )
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceResponse,
+        )
 
-        reply = ExportLogsServiceResponse()
+        reply = ExportLogsServiceResponse() if signal is LOGS else ExportTraceServiceResponse()
         if rejected:
-            reply.partial_success.rejected_log_records = rejected
+            setattr(reply.partial_success, counted, rejected)
             reply.partial_success.error_message = message
         return reply.SerializeToString()
     body: dict[str, Any] = {}
     if rejected:
-        body["partialSuccess"] = {"rejectedLogRecords": str(rejected), "errorMessage": message}
+        camel = "rejectedLogRecords" if signal is LOGS else "rejectedSpans"
+        body["partialSuccess"] = {camel: str(rejected), "errorMessage": message}
     return json.dumps(body).encode()

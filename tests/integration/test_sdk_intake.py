@@ -374,6 +374,38 @@ def test_otel_json_is_read_like_protobuf_and_replies_in_json(server: Server) -> 
     assert again.status_code == 200 and server.client.llen("embed") == 1  # same record ids
 
 
+def test_otel_span_with_a_recorded_exception_becomes_an_event(server: Server) -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="in the dev extra")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    resource = Resource.create({"service.name": "payments", "service.version": "5.0.0"})
+    provider = TracerProvider(resource=resource)
+    exporter = OTLPSpanExporter(
+        endpoint=f"{server.url}/v1/traces", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("payments.charge")
+    with tracer.start_as_current_span("GET /health"):
+        pass  # a span without an exception: nothing to analyze
+    try:
+        with tracer.start_as_current_span("charge card"):
+            raise TimeoutError("card gateway did not answer in 5 s")
+    except TimeoutError:
+        pass
+    provider.shutdown()
+    [event] = server.queued()
+    assert event.service == "payments" and event.attributes["release"] == "5.0.0"
+    assert event.exception_type == "TimeoutError"
+    assert event.message == "card gateway did not answer in 5 s"
+    assert "Traceback (most recent call last)" in event.stacktrace
+    assert parse_frames(event.stacktrace)[0].function.startswith("test_otel_span")
+    assert event.attributes["log_attributes"]["span.name"] == "charge card"
+    assert len(event.attributes["otel"]["trace_id"]) == 32
+
+
 def test_otlp_needs_the_token_and_a_known_content_type(server: Server) -> None:
     r = httpx.post(f"{server.url}/v1/logs", json={"resourceLogs": []})
     assert r.status_code == 401
