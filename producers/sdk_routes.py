@@ -21,6 +21,7 @@ import base64
 import binascii
 import json
 import logging
+import re
 import secrets
 import zlib
 from collections import Counter
@@ -53,6 +54,7 @@ from shared.intake.submit import Intake, Submitted
 log = logging.getLogger(__name__)
 
 PROTOBUF = "application/x-protobuf"
+PROJECT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,9 @@ class SdkRoutes:
     # --- Sentry ------------------------------------------------------------------------------
 
     def sentry_denied(self, request: Request) -> JSONResponse | None:
+        if not PROJECT_ID.fullmatch(request.path_params["project_id"]):
+            # The id names the service when it is not mapped: keep it a short plain name.
+            return JSONResponse({"detail": "a project id is up to 64 letters, digits, - or _"}, 400)
         if not self.sentry_keys:
             return None
         given = ""

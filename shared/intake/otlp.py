@@ -176,8 +176,12 @@ def _short(value: Any) -> Any:
 
 
 def _timestamp(record: dict[str, Any]) -> str | None:
-    for camel, snake in (("timeUnixNano", "time_unix_nano"), ("observedTimeUnixNano", "")):
-        raw = _get(record, camel, snake or camel)
+    pairs = (
+        ("timeUnixNano", "time_unix_nano"),
+        ("observedTimeUnixNano", "observed_time_unix_nano"),
+    )
+    for camel, snake in pairs:
+        raw = _get(record, camel, snake)
         try:
             nanos = int(raw)
         except (TypeError, ValueError):

@@ -424,7 +424,38 @@ def test_otlp_needs_the_token_and_a_known_content_type(server: Server) -> None:
 # --- bad input -------------------------------------------------------------------------------
 
 
+def test_the_older_store_endpoint_takes_one_event(server: Server) -> None:
+    event = {
+        "event_id": "d" * 32,
+        "platform": "python",
+        "level": "error",
+        "release": "0.9.0",
+        "exception": {
+            "values": [
+                {
+                    "type": "KeyError",
+                    "value": "'tax'",
+                    "stacktrace": {
+                        "frames": [
+                            {"abs_path": "/app/bill.py", "lineno": 3, "function": "total"},
+                        ]
+                    },
+                }
+            ]
+        },
+    }
+    r = httpx.post(
+        f"{server.url}/api/7/store/",
+        content=gzip.compress(json.dumps(event).encode()),
+        headers={"X-Sentry-Auth": f"Sentry sentry_key={KEY}", "Content-Encoding": "gzip"},
+    )
+    assert r.status_code == 200 and r.json()["id"] == "d" * 32
+    [queued] = server.queued()
+    assert queued.exception_type == "KeyError" and queued.attributes["release"] == "0.9.0"
+
+
 def test_malformed_envelopes_are_400(server: Server) -> None:
+    assert server.envelope(b"{}\n", project="x" * 65).status_code == 400
     assert server.envelope(b"not json at all\n").status_code == 400
     truncated = b'{}\n{"type":"event","length":500}\n{"message":"x"}'
     r = server.envelope(truncated)
