@@ -315,6 +315,7 @@ def otel_records(endpoint: str | None, export: bool = True) -> Any:
     over OTLP/HTTP protobuf, or returned as the exporter's encoded request."""
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="in the dev extra")
     from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+    from opentelemetry.exporter.otlp.proto.http import Compression
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
     from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
     from opentelemetry.sdk._logs.export import (
@@ -329,7 +330,9 @@ def otel_records(endpoint: str | None, export: bool = True) -> Any:
     provider.add_log_record_processor(SimpleLogRecordProcessor(memory))
     if endpoint:
         exporter = OTLPLogExporter(
-            endpoint=f"{endpoint}/v1/logs", headers={"Authorization": f"Bearer {TOKEN}"}
+            endpoint=f"{endpoint}/v1/logs",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            compression=Compression.Gzip,
         )
         provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
     logger = logging.getLogger(f"billing.invoices.{time.monotonic_ns()}")
@@ -408,6 +411,22 @@ def test_otel_span_with_a_recorded_exception_becomes_an_event(server: Server) ->
     assert parse_frames(event.stacktrace)[0].function.startswith("test_otel_span")
     assert event.attributes["log_attributes"]["span.name"] == "charge card"
     assert len(event.attributes["otel"]["trace_id"]) == 32
+
+
+def test_an_unusable_otlp_record_is_a_partial_success_and_too_many_are_413(
+    server: Server,
+) -> None:
+    def request(n: int) -> dict[str, Any]:
+        record = {"severityNumber": 17}  # ERROR, with neither a body nor an exception
+        return {"resourceLogs": [{"scopeLogs": [{"logRecords": [record] * n}]}]}
+
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = httpx.post(f"{server.url}/v1/logs", json=request(1), headers=auth)
+    assert r.status_code == 200
+    assert r.json()["partialSuccess"]["rejectedLogRecords"] == "1"
+    assert "neither 'message' nor a stack" in r.json()["partialSuccess"]["errorMessage"]
+    r = httpx.post(f"{server.url}/v1/logs", json=request(101), headers=auth)
+    assert r.status_code == 413
 
 
 def test_otlp_needs_the_token_and_a_known_content_type(server: Server) -> None:
@@ -504,6 +523,14 @@ def test_redis_down_is_a_503_with_retry_after(tmp_path: Path) -> None:
         body = b'{}\n{"type":"event"}\n' + json.dumps(event).encode()
         r = s.envelope(body)
         assert r.status_code == 503 and int(r.headers["Retry-After"]) > 0
+        logs = otel_records(None).SerializeToString()
+        r = httpx.post(
+            f"{s.url}/v1/logs",
+            content=logs,
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-protobuf"},
+            timeout=30,
+        )
+        assert r.status_code == 503 and int(r.headers["Retry-After"]) > 0  # exporters retry
     finally:
         s.ingest.stop()
         s.client.close()
