@@ -120,9 +120,11 @@ def event_frames(event: ErrorEvent) -> list[Frame] | None:
         if not isinstance(f, dict) or not isinstance(f.get("file"), str):
             continue
         line = f.get("line")
+        # A JVM frame is found by its class's package plus the file's name (PathMapper).
+        file = f["file"].replace("\\", "/").rsplit("/", 1)[-1] if language == "java" else f["file"]
         frames.append(
             Frame(
-                f["file"],
+                file,
                 line if isinstance(line, int) else None,
                 str(f.get("function") or ""),
                 module=str(f.get("module") or "") if language == "java" else "",
