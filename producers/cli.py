@@ -278,7 +278,8 @@ def ingest(
         str | None, typer.Option(help="Service for events that do not name one.")
     ] = None,
 ) -> None:
-    """Serve POST /v1/events for log shippers (Vector, Fluent Bit); /healthz and /readyz."""
+    """Serve POST /v1/events for log shippers (Vector, Fluent Bit), Sentry SDK envelopes
+    (/api/<project>/envelope/) and OTLP logs (/v1/logs); /healthz and /readyz."""
     from producers.ingest import serve
 
     settings = load_settings()

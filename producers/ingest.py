@@ -20,7 +20,7 @@ import json
 import logging
 import secrets
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,6 +241,8 @@ async def read_body(request: Request, limit: int, timeout: float = 30.0) -> byte
         return _inflate(body, limit, zlib.MAX_WBITS | 16, "gzip")
     if encoding == "deflate":
         return _inflate(body, limit, zlib.MAX_WBITS, "deflate")
+    if encoding == "br":  # the Python Sentry SDK's default when brotli is installed
+        return _unbrotli(body, limit)
     return body
 
 
@@ -262,6 +264,28 @@ def _inflate(body: bytes, limit: int, wbits: int, what: str) -> bytes:
     return bytes(out)
 
 
+def _unbrotli(body: bytes, limit: int) -> bytes:
+    """A brotli body, at most ``limit`` bytes: the output is bounded as it is produced, so a
+    few kilobytes that expand to gigabytes stop at the limit."""
+    import brotli
+
+    d = brotli.Decompressor()
+    try:
+        out = bytearray(d.process(body, output_buffer_limit=limit + 1))
+        while len(out) <= limit and not d.can_accept_more_data():
+            more = d.process(b"", output_buffer_limit=limit + 1 - len(out))
+            if not more:
+                break
+            out += more
+        if len(out) > limit:
+            raise BodyError(413, f"decompressed body exceeds the limit of {limit} bytes")
+        if not d.is_finished():
+            raise BodyError(400, "bad br body: it ends before its compressed data does")
+    except brotli.error as exc:
+        raise BodyError(400, f"bad br body: {exc}") from exc
+    return bytes(out)
+
+
 def create_app(
     intake: Intake,
     *,
@@ -271,9 +295,14 @@ def create_app(
     default_service: str | None = None,
     max_records: int = 10_000,
     read_timeout: float = 30.0,
+    sentry_keys: Sequence[str] | None = None,
+    sentry_projects: Mapping[str, str] | None = None,
 ) -> Starlette:
     """The ingest ASGI app; ``intake`` redacts, groups and enqueues by task name (no worker
-    code is imported)."""
+    code is imported). Besides ``/v1/events`` it serves what error SDKs send
+    (producers/sdk_routes.py): Sentry envelopes and store events, and OTLP logs.
+    ``sentry_keys`` None: the token is the DSN key (and with no token any key is accepted)."""
+    from producers.sdk_routes import SdkLimits, SdkRoutes  # it imports this module's helpers
 
     def authorized(request: Request) -> bool:
         if token is None:
@@ -361,11 +390,20 @@ def create_app(
             return JSONResponse({"status": "unavailable", "redis": str(exc)}, status_code=503)
         return JSONResponse({"status": "ready", "warnings": [warning] if warning else []})
 
+    limits = SdkLimits(max_body_bytes, max_trace_bytes, max_records, read_timeout)
     return Starlette(
         routes=[
             Route("/v1/events", events, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
+            *SdkRoutes(
+                intake,
+                token=token,
+                sentry_keys=[token] if sentry_keys is None and token else sentry_keys,
+                sentry_projects=dict(sentry_projects or {}),
+                limits=limits,
+                default_service=default_service,
+            ).routes(),
         ]
     )
 
@@ -397,5 +435,7 @@ def serve(settings: Settings, *, host: str, port: int, service: str | None) -> N
         default_service=service,
         max_records=settings.ingest_max_records,
         read_timeout=settings.ingest_read_timeout,
+        sentry_keys=settings.sentry_key_values,
+        sentry_projects=settings.sentry_projects,
     )
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

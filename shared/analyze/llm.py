@@ -58,6 +58,30 @@ def _candidate_block(rank: int, candidate: Candidate, budget: int, nonce: str) -
     )
 
 
+PROMPT_BREADCRUMBS = 5
+
+
+def sdk_context(event: ErrorEvent) -> str:
+    """What an error SDK reported beside the trace (shared/intake/sentry.py, otlp.py): the
+    release and environment, and the last breadcrumbs, already redacted by intake."""
+    attrs = event.attributes
+    lines = [
+        f"{name}: {attrs[key]}"
+        for key, name in (("release", "Release"), ("environment", "Environment"))
+        if isinstance(attrs.get(key), str)
+    ]
+    crumbs = attrs.get("breadcrumbs")
+    if isinstance(crumbs, list) and crumbs:
+        lines.append("Breadcrumbs (oldest first):")
+        for crumb in crumbs[-PROMPT_BREADCRUMBS:]:
+            if isinstance(crumb, dict):
+                what = " ".join(
+                    str(crumb[k])[:300] for k in ("category", "level", "message") if crumb.get(k)
+                )
+                lines.append(f"- {what}")
+    return "\n".join(lines)
+
+
 def build_messages(
     event: ErrorEvent, candidates: Sequence[Candidate], nonce: str | None = None
 ) -> list[dict[str, str]]:
@@ -68,6 +92,8 @@ def build_messages(
     """
     nonce = nonce or secrets.token_hex(6)
     error = "\n".join(p for p in (event.message, event.stacktrace) if p.strip()) or "(empty)"
+    if context := sdk_context(event):
+        error = f"{error}\n\n{context}"
     if len(error) > PROMPT_ERROR_MAX_CHARS:
         error = "…[trimmed]\n" + error[-PROMPT_ERROR_MAX_CHARS:]
     blocks, budget = [], PROMPT_CODE_MAX_CHARS

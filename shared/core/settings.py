@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Tests, docs, examples and config: rarely where a production fix lands, so retrieval weighs
 # them down (shared/retrieve/priors.py says why). gitignore syntax, on repo-relative paths.
@@ -148,6 +149,16 @@ class Settings(BaseSettings):
     ingest_read_timeout: float = Field(
         30.0, gt=0, description="Seconds a request body may take to arrive; then a 408."
     )
+    sentry_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="DSN public keys Sentry SDKs may send (comma-separated); none set: the "
+        "ingest token is the key, and with no token either any key is accepted.",
+    )
+    sentry_projects: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="DSN project id -> service or service:repo ('1=shop-api,2=billing:bill', "
+        "or a JSON object); an id not named here is its own service.",
+    )
 
     # --- grouping, dedup, safety ---
     group_window: float = Field(
@@ -202,6 +213,39 @@ class Settings(BaseSettings):
         None, description="Console notifier's JSON-lines file; default DATA_DIR/notifications.jsonl"
     )
 
+    @field_validator("sentry_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [k.strip() for k in value.split(",") if k.strip()]
+        return value
+
+    @field_validator("sentry_projects", mode="before")
+    @classmethod
+    def _parse_projects(cls, value: Any) -> Any:
+        """``1=shop-api,2=billing:billing-repo`` or ``{"1": "shop-api"}``."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("{"):
+            return json.loads(text)
+        projects: dict[str, str] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            project, sep, target = part.partition("=")
+            if not sep or not project.strip() or not target.strip():
+                raise ValueError(f"TRACEHOUND_SENTRY_PROJECTS: {part!r} is not id=service")
+            projects[project.strip()] = target.strip()
+        return projects
+
+    @property
+    def sentry_key_values(self) -> list[str] | None:
+        """The keys a Sentry SDK may authenticate with; None: any (no key and no token set)."""
+        if self.sentry_keys:
+            return [k.get_secret_value() for k in self.sentry_keys]
+        if self.ingest_token:
+            return [self.ingest_token.get_secret_value()]
+        return None
+
     @model_validator(mode="after")
     def _check(self) -> Settings:
         if self.chunk_overlap >= self.chunk_lines:
@@ -230,6 +274,8 @@ class Settings(BaseSettings):
         for name, value in self.model_dump().items():
             if isinstance(value, SecretStr):
                 value = "********" if value.get_secret_value() else ""
+            elif isinstance(value, list) and any(isinstance(v, SecretStr) for v in value):
+                value = ["********"] * len(value)
             elif isinstance(value, str):
                 value = mask_url_password(value)
             elif isinstance(value, Path):

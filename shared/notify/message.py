@@ -132,6 +132,12 @@ def trace_reply(inv: Investigation) -> str:
     )
 
 
+def release(inv: Investigation) -> str:
+    """The release the error came from (an SDK's ``release``, OTel's ``service.version``)."""
+    value = inv.event.attributes.get("release")
+    return _clip(value.strip(), 100) if isinstance(value, str) else ""
+
+
 def _title(inv: Investigation) -> str:
     ev = inv.event
     return f"{ev.service}: {ev.exception_type or 'error'}"
@@ -190,6 +196,8 @@ def build_message(
     if a is not None and a.degraded:
         footnotes.append(f"analysis: degraded ({a.degraded_reason})")
     context = [f"event `{escape(ev.id[:12])}`", f"repo `{escape(ev.repo)}`"]
+    if built := release(inv):
+        context.append(f"release `{escape(built)}`")
     if a is not None and not a.degraded:
         context.append(f"confidence {a.confidence:.0%} · {escape(a.model)}")
     blocks.append(
@@ -218,6 +226,8 @@ def _fallback_text(inv: Investigation, weak: bool) -> str:
     """Plain text for notifications and clients that do not render blocks (also escaped)."""
     ev, a = inv.event, inv.analysis
     parts = [f"[tracehound] {_title(inv)}"]
+    if built := release(inv):
+        parts.append(f"Release: {built}")
     if ev.message:
         parts.append(f"Error: {_clip(ev.message, 300)}")
     if a is not None:

@@ -102,6 +102,39 @@ def render_frames(frames: Sequence[Frame]) -> list[str]:
     return lines
 
 
+_SDK_LANGUAGES = {"python": "python", "java": "java", "kotlin": "java", "scala": "java"}
+
+
+def event_frames(event: ErrorEvent) -> list[Frame] | None:
+    """The frames an error SDK reported (``attributes["frames"]``, shared/intake/sentry.py:
+    in-app ones when there are any, nearest the raise first), for retrieval's frame signal
+    as they are; None when the event has none, and retrieval parses its text instead."""
+    raw = event.attributes.get("frames")
+    if not isinstance(raw, list) or not raw:
+        return None
+    sdk = event.attributes.get("sentry")
+    platform = sdk.get("platform") if isinstance(sdk, dict) else None
+    language = _SDK_LANGUAGES.get(platform or "", "javascript")
+    frames = []
+    for f in raw:
+        if not isinstance(f, dict) or not isinstance(f.get("file"), str):
+            continue
+        line = f.get("line")
+        # A JVM frame is found by its class's package plus the file's name (PathMapper).
+        file = f["file"].replace("\\", "/").rsplit("/", 1)[-1] if language == "java" else f["file"]
+        frames.append(
+            Frame(
+                file,
+                line if isinstance(line, int) else None,
+                str(f.get("function") or ""),
+                module=str(f.get("module") or "") if language == "java" else "",
+                language=language,
+                code=str(f.get("code") or ""),
+            )
+        )
+    return frames or None
+
+
 def build_query(event: ErrorEvent, *, max_chars: int = QUERY_MAX_CHARS) -> str:
     """Exception line, frame symbols, context, then the frames nearest the raise."""
     exc_type, message = event.exception_type, event.message.strip()

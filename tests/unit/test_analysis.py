@@ -246,3 +246,13 @@ def test_transient_failure_during_repair_propagates() -> None:
     chat = ScriptedChat("not json", TransientError("HTTP 503"))
     with pytest.raises(TransientError):
         analyze(EVENT, CANDS, chat)
+
+
+def test_an_sdk_events_release_and_last_breadcrumbs_reach_the_prompt_inside_the_fence() -> None:
+    crumbs = [{"category": "http", "message": f"GET /cart/{i}"} for i in range(8)]
+    sdk_event = EVENT.model_copy(update={"attributes": {"release": "1.4.2", "breadcrumbs": crumbs}})
+    user = user_prompt(build_messages(sdk_event, [], nonce="n0nce"))
+    fenced = user.split("<error_n0nce>")[1].split("</error_n0nce>")[0]
+    assert "Release: 1.4.2" in fenced
+    assert "- http GET /cart/7" in fenced and "/cart/2" not in fenced
+    assert "Release" not in user_prompt(build_messages(EVENT, [], nonce="n0nce"))

@@ -270,3 +270,16 @@ def test_console_rendering_keeps_star_args_in_stack_traces() -> None:
     trace = 'File "shop/app.py", line 3, in wrapper\n    return fn(*args, **kwargs)\nValueError: x'
     _, blocks = build_message(Investigation(event=event(stacktrace=trace)))
     assert "return fn(*args, **kwargs)" in render_console(blocks)
+
+
+def test_the_release_an_sdk_reported_is_shown_escaped() -> None:
+    ev = event(attributes={"release": "1.4.2", "environment": "prod"})
+    text, blocks = build_message(Investigation(event=ev, candidates=[], analysis=analysis()))
+    context = next(b for b in blocks if b["type"] == "context")["elements"][0]["text"]
+    assert "release `1.4.2`" in context
+    assert "Release: 1.4.2" in text
+    hostile = event(attributes={"release": "<!channel>"})
+    _, blocks = build_message(Investigation(event=hostile, candidates=[], analysis=None))
+    assert "<!channel>" not in all_text(blocks)
+    _, blocks = build_message(Investigation(event=event(), candidates=[], analysis=None))
+    assert "release" not in all_text(blocks)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from shared.core.domain import ErrorEvent
 from shared.intake.events import parse_event
 from shared.intake.frames import parse_frames
-from shared.retrieve.query import QUERY_MAX_CHARS, build_query, render_frames
+from shared.retrieve.query import QUERY_MAX_CHARS, build_query, event_frames, render_frames
 
 TRACE = """2024-05-01 12:00:01 ERROR request failed id=42
 Traceback (most recent call last):
@@ -95,3 +95,26 @@ def test_named_symbols_are_the_code_like_names_in_order() -> None:
     ]
     assert named_symbols("The checkout fails for Some users. Error!") == []
     assert len(named_symbols(" ".join(f"name_{i}" for i in range(100)))) == 16
+
+
+def test_an_sdks_frames_go_to_retrieval_as_they_are() -> None:
+    frames = [
+        {"file": "/srv/app/shop/pricing.py", "line": 42, "function": "apply", "in_app": True},
+        {"file": "OrderService.java", "line": 7, "function": "place", "module": "com.shop.O"},
+    ]
+    python = ErrorEvent(
+        service="s", repo="r", attributes={"frames": frames, "sentry": {"platform": "python"}}
+    )
+    [first, _] = event_frames(python) or []
+    assert (first.file, first.line, first.function, first.language) == (
+        "/srv/app/shop/pricing.py",
+        42,
+        "apply",
+        "python",
+    )
+    java = python.model_copy(
+        update={"attributes": {"frames": frames[1:], "sentry": {"platform": "java"}}}
+    )
+    [only] = event_frames(java) or []
+    assert only.module == "com.shop.O" and only.language == "java"
+    assert event_frames(ErrorEvent(service="s", repo="r", stacktrace=TRACE)) is None

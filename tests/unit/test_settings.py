@@ -186,3 +186,30 @@ def test_the_path_prior_is_configured_from_the_environment(
     monkeypatch.setenv("TRACEHOUND_DEMOTE_WEIGHT", "2")
     with pytest.raises(ValueError, match="demote_weight"):
         Settings()
+
+
+def test_sentry_keys_default_to_the_ingest_token_and_are_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert Settings().sentry_key_values is None  # neither set: any key (loopback only)
+    monkeypatch.setenv("TRACEHOUND_INGEST_TOKEN", "tok")
+    assert Settings().sentry_key_values == ["tok"]
+    monkeypatch.setenv("TRACEHOUND_SENTRY_KEYS", "k1, k2")
+    s = Settings()
+    assert s.sentry_key_values == ["k1", "k2"]
+    assert s.masked()["sentry_keys"] == ["********", "********"]
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["1=shop-api, 2=billing:billing-repo", '{"1": "shop-api", "2": "billing:billing-repo"}'],
+)
+def test_sentry_projects_as_pairs_or_json(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("TRACEHOUND_SENTRY_PROJECTS", value)
+    assert Settings().sentry_projects == {"1": "shop-api", "2": "billing:billing-repo"}
+
+
+def test_a_sentry_project_without_a_service_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACEHOUND_SENTRY_PROJECTS", "1=shop-api,2")
+    with pytest.raises(ValidationError, match="is not id=service"):
+        Settings()

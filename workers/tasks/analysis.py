@@ -27,7 +27,7 @@ from shared.core.pipeline import notify_step
 from shared.models.reranker import rerank_candidates
 from shared.notify.delivery import ClaimHeld, Paced, deliver
 from shared.retrieve.hybrid import hybrid_retrieve
-from shared.retrieve.query import build_query
+from shared.retrieve.query import build_query, event_frames
 from workers import context, metrics
 from workers.app import app, task_options
 from workers.retry import attempts_left, retry, visit
@@ -86,6 +86,8 @@ def retrieve(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             rrf_k=ctx.settings.rrf_k,
             degrade=not attempts_left(self),
             prior=ctx.prior,
+            # An SDK's own frames (in-app first) when it sent them; else parsed from the query.
+            frames=event_frames(inv.event),
         )
     except TransientError as exc:
         raise retry(self, exc) from exc

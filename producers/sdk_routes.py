@@ -1,0 +1,316 @@
+"""What error SDKs send to ``tracehound ingest``: Sentry envelopes and OTLP logs → the chain.
+
+- ``POST /api/<project>/envelope/`` and the older ``/api/<project>/store/``: a Sentry SDK whose
+  DSN points here (``http://<key>@host:8080/<project>``). The key is checked against the
+  configured DSN keys (``X-Sentry-Auth: Sentry sentry_key=…``, ``Authorization: Sentry …`` or
+  ``?sentry_key=``). Event items become ErrorEvents (shared/intake/sentry.py); every other item
+  type is dropped and counted, with a 200, since an SDK that gets errors backs off or retries.
+  The reply is what SDKs expect: ``{"id": "<event_id>"}``.
+- ``POST /v1/logs``: OTLP/HTTP logs, protobuf or JSON (shared/intake/otlp.py), with the same
+  bearer token as ``/v1/events``; the reply is an ``ExportLogsServiceResponse`` in the
+  request's encoding. ``POST /v1/traces`` likewise, for the exceptions recorded on spans.
+
+Both keep ``/v1/events``'s guarantees: bounded bodies and item counts, gzip/deflate/br bodies,
+503 with Retry-After when Redis is out of reach (SDKs and OTLP exporters retry it), and ids a
+retry repeats (the Sentry ``event_id``; a hash of the OTLP record), counted once by intake.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import re
+import secrets
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from kombu.exceptions import OperationalError
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from producers.ingest import RETRY_AFTER_S, BodyError, _inflate, _loads, read_body
+from shared.core.domain import ErrorEvent
+from shared.core.errors import PermanentError
+from shared.intake import otlp
+from shared.intake.events import Ignored
+from shared.intake.sentry import (
+    EnvelopeError,
+    TooManyItems,
+    auth_key,
+    event_from_sentry,
+    parse_envelope,
+    project_target,
+)
+from shared.intake.submit import Intake, Submitted
+
+log = logging.getLogger(__name__)
+
+PROTOBUF = "application/x-protobuf"
+PROJECT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+@dataclass(frozen=True)
+class SdkLimits:
+    max_body_bytes: int
+    max_trace_bytes: int
+    max_records: int  # Sentry envelope items / OTLP log records per request
+    read_timeout: float
+
+
+class Unavailable(Exception):
+    """Redis out of reach: the client should retry after ``RETRY_AFTER_S``."""
+
+
+async def submit(intake: Intake, events: list[ErrorEvent]) -> list[Submitted]:
+    if not events:
+        return []
+    try:
+        return await run_in_threadpool(intake.submit_many, events)
+    except (redis.RedisError, OperationalError, OSError) as exc:
+        # A retry repeats the same event ids, so what was counted already counts once.
+        log.warning("ingest.unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
+        raise Unavailable(f"cannot reach Redis, retry later: {type(exc).__name__}: {exc}") from exc
+
+
+def unavailable(exc: Unavailable) -> JSONResponse:
+    return JSONResponse(
+        {"detail": str(exc)}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)}
+    )
+
+
+def _groups(submitted: list[Submitted]) -> list[dict[str, Any]]:
+    return [
+        {
+            "event_id": s.event_id,
+            "fingerprint": s.fingerprint,
+            "new": s.new,
+            "count": s.count,
+            "duplicate": s.duplicate,
+        }
+        for s in submitted
+    ]
+
+
+def _store_body(raw: bytes, limit: int) -> bytes:
+    """A store request's JSON; very old SDKs sent it base64-encoded and zlib-compressed."""
+    if raw.lstrip()[:1] in (b"{", b""):
+        return raw
+    try:
+        packed = base64.b64decode(raw, validate=False)
+    except (binascii.Error, ValueError) as exc:
+        raise BodyError(400, "store body is neither JSON nor base64") from exc
+    return _inflate(packed, limit, zlib.MAX_WBITS, "deflate")
+
+
+@dataclass(frozen=True)
+class SdkRoutes:
+    """The Sentry and OTLP routes of the ingest app and what they need."""
+
+    intake: Intake
+    token: str | None
+    sentry_keys: Sequence[str] | None  # None or empty: any key
+    sentry_projects: dict[str, str]
+    limits: SdkLimits
+    default_service: str | None
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/api/{project_id}/envelope/", self.envelope, methods=["POST"]),
+            Route("/api/{project_id}/store/", self.store, methods=["POST"]),
+            Route("/v1/logs", self.logs, methods=["POST"]),
+            Route("/v1/traces", self.traces, methods=["POST"]),
+        ]
+
+    # --- Sentry ------------------------------------------------------------------------------
+
+    def sentry_denied(self, request: Request) -> JSONResponse | None:
+        if not PROJECT_ID.fullmatch(request.path_params["project_id"]):
+            # The id names the service when it is not mapped: keep it a short plain name.
+            return JSONResponse({"detail": "a project id is up to 64 letters, digits, - or _"}, 400)
+        if not self.sentry_keys:
+            return None
+        given = ""
+        for header in ("x-sentry-auth", "authorization"):
+            value = request.headers.get(header, "")
+            if value[:7].lower() == "sentry ":
+                given = auth_key(value)
+                break
+        given = given or request.query_params.get("sentry_key", "")
+        if not given:
+            return JSONResponse({"detail": "missing sentry_key (check the DSN)"}, 401)
+        if not any(secrets.compare_digest(given.encode(), k.encode()) for k in self.sentry_keys):
+            return JSONResponse({"detail": "unknown sentry_key (check the DSN)"}, 403)
+        return None
+
+    def sentry_event(
+        self, payload: Any, project: str, event_id: str
+    ) -> tuple[ErrorEvent | None, str]:
+        """The event, or None and why it was dropped."""
+        if not isinstance(payload, dict):
+            raise BodyError(400, "an event payload must be a JSON object")
+        service, repo = project_target(self.sentry_projects, project)
+        try:
+            found = event_from_sentry(
+                payload,
+                service=service,
+                repo=repo,
+                project=project,
+                max_bytes=self.limits.max_trace_bytes,
+                event_id=str(payload.get("event_id") or event_id)[:200],
+            )
+        except (PermanentError, ValueError) as exc:
+            return None, f"unusable event: {str(exc).splitlines()[0][:300]}"
+        if isinstance(found, Ignored):
+            return None, found.reason
+        return found, ""
+
+    async def sentry_reply(
+        self, project: str, event_id: str, events: list[ErrorEvent], dropped: Counter[str]
+    ) -> JSONResponse:
+        try:
+            submitted = await submit(self.intake, events)
+        except Unavailable as exc:
+            return unavailable(exc)
+        log.info(
+            "ingest.sentry",
+            extra={
+                "project": project,
+                "accepted": len(events),
+                "dropped": dict(dropped),
+                "duplicates": sum(s.duplicate for s in submitted),
+            },
+        )
+        body: dict[str, Any] = {"id": events[0].id if events else event_id}
+        # Beyond what SDKs read: what became of each item.
+        body |= {"accepted": [e.id for e in events], "groups": _groups(submitted)}
+        body["dropped"] = dict(dropped)
+        return JSONResponse(body, status_code=200)
+
+    async def envelope(self, request: Request) -> JSONResponse:
+        project = request.path_params["project_id"]
+        if denied := self.sentry_denied(request):
+            return denied
+        limits = self.limits
+        try:
+            raw = await read_body(request, limits.max_body_bytes, limits.read_timeout)
+            env = parse_envelope(raw, max_items=limits.max_records)
+        except BodyError as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+        except TooManyItems as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=413)
+        except EnvelopeError as exc:
+            return JSONResponse({"detail": f"malformed envelope: {exc}"}, status_code=400)
+        events: list[ErrorEvent] = []
+        dropped: Counter[str] = Counter()
+        for n, item in enumerate(env.items):
+            if item.type != "event":
+                dropped[item.type] += 1  # transactions, sessions, client reports, attachments…
+                continue
+            try:
+                payload = _loads(item.payload.decode("utf-8", errors="replace"), f"item {n}")
+                found, reason = self.sentry_event(payload, project, env.event_id)
+            except json.JSONDecodeError as exc:
+                return JSONResponse(
+                    {"detail": f"malformed envelope: item {n} is not JSON: {exc.msg}"}, 400
+                )
+            except BodyError as exc:
+                return JSONResponse({"detail": f"item {n}: {exc}"}, status_code=exc.status)
+            if found is None:
+                dropped[f"event ({reason})"] += 1
+            else:
+                events.append(found)
+        return await self.sentry_reply(project, env.event_id, events, dropped)
+
+    async def store(self, request: Request) -> JSONResponse:
+        project = request.path_params["project_id"]
+        if denied := self.sentry_denied(request):
+            return denied
+        limits = self.limits
+        try:
+            raw = await read_body(request, limits.max_body_bytes, limits.read_timeout)
+            payload = _loads(_store_body(raw, limits.max_body_bytes).decode(errors="replace"), "")
+            found, reason = self.sentry_event(payload, project, "")
+        except BodyError as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+        except json.JSONDecodeError as exc:
+            return JSONResponse({"detail": f"malformed event JSON: {exc.msg}"}, 400)
+        dropped: Counter[str] = Counter()
+        if found is None:
+            dropped[f"event ({reason})"] += 1
+        event_id = str(payload.get("event_id") or "")
+        return await self.sentry_reply(project, event_id, [found] if found else [], dropped)
+
+    # --- OTLP --------------------------------------------------------------------------------
+
+    def token_ok(self, request: Request) -> bool:
+        if self.token is None:
+            return True
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(value.strip(), self.token)
+
+    async def logs(self, request: Request) -> Response:
+        return await self.otlp_export(request, otlp.LOGS)
+
+    async def traces(self, request: Request) -> Response:
+        return await self.otlp_export(request, otlp.TRACES)
+
+    async def otlp_export(self, request: Request, signal: otlp.Signal) -> Response:
+        if not self.token_ok(request):
+            return JSONResponse(
+                {"error": "missing or wrong bearer token"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind not in (PROTOBUF, "application/json"):
+            return JSONResponse(
+                {"error": f"content-type {kind or '(none)'}: send {PROTOBUF} or application/json"},
+                status_code=415,
+            )
+        protobuf = kind == PROTOBUF
+        limits = self.limits
+        try:
+            raw = await read_body(request, limits.max_body_bytes, limits.read_timeout)
+            decoded = otlp.decode_request(raw, protobuf, signal)
+        except BodyError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        except otlp.OtlpError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        if otlp.count_records(decoded, signal) > limits.max_records:
+            return JSONResponse(
+                {"error": f"more than {limits.max_records} {signal.what} in one request"},
+                status_code=413,
+            )
+        read = otlp.read_logs if signal is otlp.LOGS else otlp.read_spans
+        batch = read(
+            decoded,
+            protobuf=protobuf,
+            default_service=self.default_service,
+            max_bytes=limits.max_trace_bytes,
+        )
+        try:
+            submitted = await submit(self.intake, batch.accepted)
+        except Unavailable as exc:
+            return unavailable(exc)
+        log.info(
+            "ingest.otlp",
+            extra={
+                "signal": signal.what,
+                "records": batch.records,
+                "accepted": len(batch.accepted),
+                "ignored": batch.ignored,
+                "rejected": len(batch.rejected),
+                "duplicates": sum(s.duplicate for s in submitted),
+            },
+        )
+        reason = "; ".join(dict.fromkeys(batch.rejected))[:1000]
+        body = otlp.response_body(len(batch.rejected), reason, protobuf, signal)
+        return Response(body, status_code=200, media_type=PROTOBUF if protobuf else kind)

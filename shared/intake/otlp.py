@@ -1,0 +1,375 @@
+"""OpenTelemetry logs and span exceptions (OTLP/HTTP, protobuf or JSON) as ErrorEvents.
+
+An ``ExportLogsServiceRequest`` holds resources (``service.name``, ``service.version``…), each
+with scopes of log records. A record is an error when its severity is ERROR or above, or when
+it carries the semantic-convention ``exception.type`` / ``exception.message`` /
+``exception.stacktrace`` attributes (the OTel logging handlers set them from ``exc_info``). Each
+becomes a record for ``events.from_record``, so it is normalised like any other sent record.
+
+Traces give only their exceptions: a span event named ``exception`` (``span.record_exception``)
+is read as an ERROR log record on that span.
+
+Protobuf requests are turned into the OTLP JSON shape (camelCase keys, enums as numbers) so one
+reader serves both encodings; ids in protobuf are bytes, in JSON hex, and only the hex is kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.core.domain import ErrorEvent
+from shared.core.errors import PermanentError
+from shared.intake.events import Ignored, from_record
+from shared.intake.levels import number_level
+
+EXCEPTION_KEYS = ("exception.type", "exception.message", "exception.stacktrace")
+MAX_ATTRIBUTES = 50
+MAX_VALUE_CHARS = 1000
+
+
+class OtlpError(ValueError):
+    """The body is not an OTLP logs request (a 400)."""
+
+
+@dataclass
+class LogBatch:
+    accepted: list[ErrorEvent] = field(default_factory=list)
+    ignored: int = 0  # records that are not errors (INFO and the like)
+    rejected: list[str] = field(default_factory=list)  # why each unusable record was refused
+    records: int = 0
+
+
+def _get(obj: dict[str, Any], camel: str, snake: str) -> Any:
+    """OTLP JSON names fields in lowerCamelCase; accept the proto names too."""
+    return obj.get(camel, obj.get(snake))
+
+
+@dataclass(frozen=True)
+class Signal:
+    """Where one OTLP signal keeps its items: ``resourceLogs → scopeLogs → logRecords``."""
+
+    resources: tuple[str, str]
+    scopes: tuple[str, str]
+    items: tuple[str, str]
+    what: str  # what the items are called in replies
+
+
+LOGS = Signal(
+    ("resourceLogs", "resource_logs"),
+    ("scopeLogs", "scope_logs"),
+    ("logRecords", "log_records"),
+    "log records",
+)
+TRACES = Signal(
+    ("resourceSpans", "resource_spans"),
+    ("scopeSpans", "scope_spans"),
+    ("spans", "spans"),
+    "spans",
+)
+
+
+def decode_request(body: bytes, protobuf: bool, signal: Signal = LOGS) -> dict[str, Any]:
+    """The request in the OTLP JSON shape, from protobuf or JSON bytes."""
+    if not protobuf:
+        try:
+            value = json.loads(body or b"{}")
+        except (ValueError, RecursionError) as exc:
+            raise OtlpError(f"malformed OTLP JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise OtlpError("an OTLP JSON request is an object with 'resourceLogs'")
+        return value
+    from google.protobuf.json_format import MessageToDict
+    from google.protobuf.message import DecodeError
+    from google.protobuf.message import Message as ProtoMessage
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    message: ProtoMessage = (
+        ExportLogsServiceRequest() if signal is LOGS else ExportTraceServiceRequest()
+    )
+    try:
+        message.ParseFromString(body)
+    except (DecodeError, RecursionError) as exc:
+        raise OtlpError(f"malformed OTLP protobuf: {exc}") from exc
+    return MessageToDict(message, use_integers_for_enums=True)
+
+
+def walk(
+    request: dict[str, Any], signal: Signal
+) -> Iterator[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    """(resource attributes, scope, item) for every log record or span of the request."""
+    for resource_items in _list(_get(request, *signal.resources)):
+        resource_obj = resource_items.get("resource")
+        resource = attributes(resource_obj.get("attributes")) if resource_obj else {}
+        for scope_items in _list(_get(resource_items, *signal.scopes)):
+            scope = scope_items.get("scope")
+            for item in _list(_get(scope_items, *signal.items)):
+                yield resource, scope if isinstance(scope, dict) else {}, item
+
+
+def count_records(request: dict[str, Any], signal: Signal = LOGS) -> int:
+    return sum(1 for _ in walk(request, signal))
+
+
+def _list(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def any_value(value: Any) -> Any:
+    """An OTLP ``AnyValue`` as a plain value."""
+    if not isinstance(value, dict):
+        return None
+    for key in ("stringValue", "string_value"):
+        if key in value:
+            return value[key]
+    for key in ("boolValue", "bool_value", "doubleValue", "double_value"):
+        if key in value:
+            return value[key]
+    for key in ("intValue", "int_value"):
+        if key in value:
+            try:
+                return int(value[key])  # int64 is a string in OTLP JSON
+            except (TypeError, ValueError):
+                return value[key]
+    array = _get(value, "arrayValue", "array_value")
+    if isinstance(array, dict):
+        return [any_value(v) for v in _list(array.get("values"))[:MAX_ATTRIBUTES]]
+    kvlist = _get(value, "kvlistValue", "kvlist_value")
+    if isinstance(kvlist, dict):
+        return attributes(kvlist.get("values"))
+    raw = _get(value, "bytesValue", "bytes_value")
+    return raw if isinstance(raw, str) else None
+
+
+def attributes(values: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kv in _list(values)[: MAX_ATTRIBUTES * 4]:
+        key = kv.get("key")
+        if isinstance(key, str) and key:
+            out[key] = any_value(kv.get("value"))
+    return out
+
+
+def _hex_id(value: Any, protobuf: bool) -> str:
+    if not isinstance(value, str) or not value:
+        return ""
+    if protobuf:  # MessageToDict writes bytes as base64
+        try:
+            return base64.b64decode(value).hex()
+        except ValueError:
+            return ""
+    return value.lower()[:64]
+
+
+def _short(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+        return value[:MAX_VALUE_CHARS] + "…"
+    return value
+
+
+def _timestamp(record: dict[str, Any]) -> str | None:
+    pairs = (
+        ("timeUnixNano", "time_unix_nano"),
+        ("observedTimeUnixNano", "observed_time_unix_nano"),
+    )
+    for camel, snake in pairs:
+        raw = _get(record, camel, snake)
+        try:
+            nanos = int(raw)
+        except (TypeError, ValueError):
+            continue
+        if nanos > 0:
+            return datetime.fromtimestamp(nanos / 1e9, UTC).isoformat()
+    return None
+
+
+def _level(record: dict[str, Any]) -> str | None:
+    number = _get(record, "severityNumber", "severity_number")
+    if isinstance(number, int) and not isinstance(number, bool) and number > 0:
+        return number_level(number, "severity_number")
+    text = _get(record, "severityText", "severity_text")
+    return text if isinstance(text, str) and text else None
+
+
+def record_id(resource: dict[str, Any], scope: dict[str, Any], record: dict[str, Any]) -> str:
+    """What an exporter's retry repeats: a hash of the record with its resource and scope (the
+    timestamp in nanoseconds tells two occurrences of one error apart)."""
+    blob = json.dumps([resource, scope, record], sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:32]
+
+
+def _service(resource: dict[str, Any], default_service: str | None) -> str:
+    name = resource.get("service.name")
+    name = name if isinstance(name, str) else ""
+    if default_service and (not name or name.startswith("unknown_service")):
+        return default_service  # the SDK's placeholder when the app named no service
+    return name or "unknown_service"
+
+
+def _to_record(
+    resource: dict[str, Any],
+    scope: dict[str, Any],
+    record: dict[str, Any],
+    protobuf: bool,
+    default_service: str | None,
+) -> dict[str, Any]:
+    attrs = attributes(record.get("attributes"))
+    body = any_value(record.get("body"))
+    service = _service(resource, default_service)
+    own = {k: _short(v) for k, v in list(attrs.items())[:MAX_ATTRIBUTES] if k not in EXCEPTION_KEYS}
+    extra: dict[str, Any] = {
+        "otel": {
+            k: v
+            for k, v in {
+                "scope": scope.get("name") if isinstance(scope.get("name"), str) else "",
+                "trace_id": _hex_id(_get(record, "traceId", "trace_id"), protobuf),
+                "span_id": _hex_id(_get(record, "spanId", "span_id"), protobuf),
+                "severity_number": _get(record, "severityNumber", "severity_number"),
+            }.items()
+            if v not in (None, "")
+        },
+        "resource": {k: _short(v) for k, v in list(resource.items())[:MAX_ATTRIBUTES]},
+    }
+    if own:
+        extra["log_attributes"] = own
+    if isinstance(resource.get("service.version"), str):
+        extra["release"] = resource["service.version"]
+    for key in ("deployment.environment.name", "deployment.environment"):
+        if isinstance(resource.get(key), str):
+            extra["environment"] = resource[key]
+            break
+    if isinstance(resource.get("host.name"), str):
+        extra["server_name"] = resource["host.name"]
+    message = body if isinstance(body, str) else (json.dumps(body)[:8000] if body else "")
+    out: dict[str, Any] = {
+        "service": service,
+        "message": message or _text(attrs.get("exception.message")),
+        "attributes": extra,
+        "id": record_id(resource, scope, record),
+    }
+    if level := _level(record):
+        out["level"] = level
+    error = {
+        k: v
+        for k, v in {
+            "type": _text(attrs.get("exception.type")),
+            "message": _text(attrs.get("exception.message")),
+            "stack": _text(attrs.get("exception.stacktrace")),
+        }.items()
+        if v
+    }
+    if error:
+        out["error"] = error
+        out.setdefault("level", "ERROR")  # an exception with no severity is still an error
+    if stamp := _timestamp(record):
+        out["timestamp"] = stamp
+    return out
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ("" if value is None else str(value))
+
+
+def read_logs(
+    request: dict[str, Any],
+    *,
+    protobuf: bool,
+    default_service: str | None,
+    max_bytes: int,
+) -> LogBatch:
+    """The request's error records as ErrorEvents; the rest counted as ignored or rejected."""
+    batch = LogBatch()
+    for resource, scope, record in walk(request, LOGS):
+        batch.records += 1
+        _add(batch, _to_record(resource, scope, record, protobuf, default_service), max_bytes)
+    return batch
+
+
+def _add(batch: LogBatch, rec: dict[str, Any], max_bytes: int) -> None:
+    try:
+        found = from_record(
+            rec, origin="sent", service=rec["service"], repo=None, max_bytes=max_bytes
+        )
+    except (PermanentError, ValueError) as exc:
+        batch.rejected.append(str(exc).splitlines()[0][:300])
+        return
+    if isinstance(found, Ignored):
+        batch.ignored += 1
+    else:
+        batch.accepted.append(found)
+
+
+def read_spans(
+    request: dict[str, Any],
+    *,
+    protobuf: bool,
+    default_service: str | None,
+    max_bytes: int,
+) -> LogBatch:
+    """Exceptions recorded on spans (``span.record_exception``: an event named ``exception``
+    with the ``exception.*`` attributes) as ErrorEvents; spans without one are ignored."""
+    batch = LogBatch()
+    for resource, scope, span in walk(request, TRACES):
+        batch.records += 1
+        found = False
+        for n, event in enumerate(_list(span.get("events"))):
+            attrs = attributes(event.get("attributes"))
+            if event.get("name") != "exception" and not any(k in attrs for k in EXCEPTION_KEYS):
+                continue
+            found = True
+            # The span event as a log record at ERROR, on the span's trace and span ids.
+            record = {
+                "timeUnixNano": event.get("timeUnixNano", event.get("time_unix_nano")),
+                "severityNumber": 17,
+                "body": {
+                    "stringValue": _text(attrs.get("exception.message"))
+                    or _text(attrs.get("exception.type"))
+                    or _text(span.get("name"))
+                },
+                "attributes": [
+                    *_list(event.get("attributes")),
+                    {"key": "span.name", "value": {"stringValue": _text(span.get("name"))}},
+                ],
+                "traceId": _get(span, "traceId", "trace_id"),
+                "spanId": _get(span, "spanId", "span_id"),
+            }
+            rec = _to_record(resource, scope, record, protobuf, default_service)
+            rec["id"] = record_id(
+                resource, scope, {"span": span.get("spanId"), "event": n, **record}
+            )
+            _add(batch, rec, max_bytes)
+        if not found:
+            batch.ignored += 1
+    return batch
+
+
+def response_body(rejected: int, message: str, protobuf: bool, signal: Signal = LOGS) -> bytes:
+    """An ``Export{Logs,Trace}ServiceResponse``; ``partial_success`` only when items were
+    refused."""
+    counted = "rejected_log_records" if signal is LOGS else "rejected_spans"
+    if protobuf:
+        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+            ExportLogsServiceResponse,
+        )
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceResponse,
+        )
+
+        reply = ExportLogsServiceResponse() if signal is LOGS else ExportTraceServiceResponse()
+        if rejected:
+            setattr(reply.partial_success, counted, rejected)
+            reply.partial_success.error_message = message
+        return reply.SerializeToString()
+    body: dict[str, Any] = {}
+    if rejected:
+        camel = "rejectedLogRecords" if signal is LOGS else "rejectedSpans"
+        body["partialSuccess"] = {camel: str(rejected), "errorMessage": message}
+    return json.dumps(body).encode()

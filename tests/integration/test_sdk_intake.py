@@ -1,0 +1,536 @@
+"""Errors straight from the SDKs: real Sentry SDKs (Python, Node) and the OpenTelemetry SDK
+pointed at a real ``tracehound ingest``, each error followed to the analysis chain it starts.
+
+No payload here is written by hand except the bad ones: the SDKs build what they send. A chain
+start is checked as the group being new and the event waiting on the ``embed`` queue (no
+workers run).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+
+from shared.core.domain import ErrorEvent
+from shared.devtools.localstack import start_ingest, start_redis
+from shared.intake.frames import parse_frames
+from shared.retrieve.query import event_frames
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "ingest-secret"
+KEY = "0123456789abcdef0123456789abcdef"  # the DSN's public key
+MAX_BODY = 200_000
+
+
+class Server:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.redis_proc, self.redis_url = start_redis(workdir)
+        env = {
+            "TRACEHOUND_REDIS_URL": self.redis_url,
+            "TRACEHOUND_INGEST_TOKEN": TOKEN,
+            "TRACEHOUND_SENTRY_KEYS": KEY,
+            "TRACEHOUND_SENTRY_PROJECTS": "7=shop-api:sample",
+            "TRACEHOUND_INGEST_MAX_BODY_BYTES": str(MAX_BODY),
+            "TRACEHOUND_INGEST_MAX_RECORDS": "100",
+        }
+        self.ingest, self.url = start_ingest(workdir, env)
+        self.client = redis.Redis.from_url(self.redis_url)
+
+    def dsn(self, project: str = "7", key: str = KEY) -> str:
+        return f"http://{key}@{self.url.removeprefix('http://')}/{project}"
+
+    def queued(self, timeout: float = 20.0, count: int = 1) -> list[ErrorEvent]:
+        """The events of the analysis chains waiting on the embed queue (at least ``count``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            raw = self.client.lrange("embed", 0, -1)
+            if len(raw) >= count or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        events = []
+        for message in reversed(raw):  # LPUSHed: the oldest is last
+            body = json.loads(base64.b64decode(json.loads(message)["body"]))
+            events.append(ErrorEvent.model_validate(body[0][0]["event"]))
+        return events
+
+    def envelope(self, body: bytes, project: str = "7", **headers: str) -> httpx.Response:
+        auth = {"X-Sentry-Auth": f"Sentry sentry_version=7, sentry_key={KEY}"}
+        return httpx.post(
+            f"{self.url}/api/{project}/envelope/",
+            content=body,
+            headers={**auth, "Content-Type": "application/x-sentry-envelope", **headers},
+            timeout=30,
+        )
+
+    def close(self) -> None:
+        self.ingest.stop()
+        self.client.close()
+        self.redis_proc.stop()
+
+
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    s = Server(tmp_path_factory.mktemp("sdk"))
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def server(module_server: Server) -> Server:
+    module_server.client.flushdb()
+    return module_server
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 120) -> str:
+    done = subprocess.run(
+        argv,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+# --- Python sentry-sdk ---------------------------------------------------------------------
+
+SENTRY_APP = """
+import logging, sys
+import sentry_sdk
+from sentry_sdk.integrations.logging import LoggingIntegration
+
+from shopapp.checkout import place_order
+
+sentry_sdk.init(
+    dsn=sys.argv[1],
+    release="1.4.2",
+    environment="staging",
+    server_name="web-1",
+    integrations=[LoggingIntegration(level=logging.INFO, event_level=logging.ERROR)],
+)
+sentry_sdk.set_tag("region", "eu-west-1")
+logging.getLogger().setLevel(logging.INFO)
+logging.getLogger("shopapp").info("loading cart 42 with api_key=sk_live_abcdefghijklmnop1234")
+mode = sys.argv[2]
+try:
+    place_order({"sku": "A-1", "qty": "two"})
+except Exception as exc:
+    if mode == "capture":
+        sentry_sdk.capture_exception(exc)
+    else:
+        logging.getLogger("shopapp.orders").error("order %s failed", 42, exc_info=True)
+sentry_sdk.flush(10)
+"""
+
+CHECKOUT = """
+class CheckoutError(Exception):
+    pass
+
+
+def parse_quantity(order):
+    return int(order["qty"])
+
+
+def place_order(order):
+    try:
+        return parse_quantity(order)
+    except ValueError as exc:
+        raise CheckoutError("cannot place order A-1") from exc
+"""
+
+
+@pytest.fixture(scope="module")
+def python_app(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("sentry_sdk", reason="sentry-sdk is in the dev extra")
+    app = tmp_path_factory.mktemp("pyapp")
+    (app / "shopapp").mkdir()
+    (app / "shopapp" / "__init__.py").write_text("")
+    (app / "shopapp" / "checkout.py").write_text(CHECKOUT)
+    (app / "main.py").write_text(SENTRY_APP)
+    return app
+
+
+def run_python_app(app: Path, dsn: str, mode: str) -> None:
+    run([sys.executable, "main.py", dsn, mode], cwd=app, env={"PYTHONPATH": str(app)})
+
+
+def test_python_sentry_sdk_chained_exception_becomes_an_event_and_starts_a_chain(
+    server: Server, python_app: Path
+) -> None:
+    run_python_app(python_app, server.dsn(), "capture")
+    [event] = server.queued()
+    assert event.service == "shop-api" and event.repo == "sample"  # TRACEHOUND_SENTRY_PROJECTS
+    assert event.exception_type == "CheckoutError"
+    assert event.message == "cannot place order A-1"
+    assert len(event.id) == 32  # the SDK's event_id
+    attrs = event.attributes
+    assert attrs["release"] == "1.4.2" and attrs["environment"] == "staging"
+    assert attrs["server_name"] == "web-1" and attrs["tags"]["region"] == "eu-west-1"
+    assert attrs["sentry"]["project"] == "7" and attrs["sentry"]["platform"] == "python"
+    # Frames: in-app ones, nearest the raise first, the cause's after the thrown exception's.
+    frames = [(f["function"], f["in_app"]) for f in attrs["frames"]]
+    assert frames[:3] == [("place_order", True), ("<module>", True), ("parse_quantity", True)]
+    assert attrs["frames"][0]["file"].endswith("shopapp/checkout.py")
+    assert attrs["frames"][0]["code"].startswith("raise CheckoutError")
+    # The trace text is Python's, and the pipeline's parser reads the same frames back.
+    assert "The above exception was the direct cause" in event.stacktrace
+    assert event.stacktrace.rstrip().endswith("CheckoutError: cannot place order A-1")
+    parsed = [(f.function, f.line) for f in parse_frames(event.stacktrace)]
+    assert parsed[0][0] == "place_order" and ("parse_quantity", 7) in parsed
+    # Retrieval takes the SDK's own frames, in-app ones, nearest the raise first.
+    structured = event_frames(event) or []
+    assert structured[0].function == "place_order" and structured[0].language == "python"
+    # Breadcrumbs are kept for the prompt, redacted.
+    [crumb] = [c for c in attrs["breadcrumbs"] if "cart 42" in c.get("message", "")]
+    assert "sk_live_abcdefghijklmnop1234" not in crumb["message"]
+
+
+def test_python_logging_error_with_exc_info_keeps_the_log_message(
+    server: Server, python_app: Path
+) -> None:
+    run_python_app(python_app, server.dsn(), "logging")
+    [event] = server.queued()
+    assert event.message == "order 42 failed"
+    assert event.exception_type == "CheckoutError"
+    assert event.attributes["logger"] == "shopapp.orders"
+    assert event.attributes["release"] == "1.4.2"
+    assert parse_frames(event.stacktrace)[0].function == "place_order"
+
+
+def test_a_retried_envelope_counts_once(server: Server, python_app: Path) -> None:
+    run_python_app(python_app, server.dsn("8"), "capture")
+    [event] = server.queued()
+    assert event.service == "8"  # an id TRACEHOUND_SENTRY_PROJECTS does not name
+    # What the SDK sent, again: the same event id, counted once, no second chain.
+    payload = {
+        "event_id": event.id,
+        "platform": "python",
+        "level": "error",
+        "exception": {"values": [{"type": "CheckoutError", "value": "cannot place order"}]},
+    }
+    body = json.dumps({"event_id": event.id}) + "\n" + '{"type":"event"}\n' + json.dumps(payload)
+    again = server.envelope(body.encode(), project="8")
+    assert again.status_code == 200 and again.json()["id"] == event.id
+    assert again.json()["groups"][0]["duplicate"] is True
+    assert server.client.llen("embed") == 1
+
+
+# --- Node @sentry/node -----------------------------------------------------------------------
+
+NODE_APP = """
+const Sentry = require("@sentry/node");
+Sentry.init({ dsn: process.argv[2], release: "2.0.1", environment: "prod" });
+
+function parseOrder(order) {
+  return JSON.parse(order);
+}
+
+function checkout(order) {
+  try {
+    return parseOrder(order);
+  } catch (err) {
+    throw new Error("checkout failed for order 42", { cause: err });
+  }
+}
+
+(async () => {
+  try {
+    checkout("{not json");
+  } catch (err) {
+    Sentry.captureException(err);
+  }
+  await Sentry.flush(10000);
+})();
+"""
+
+
+@pytest.fixture(scope="module")
+def node_app(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        pytest.skip("node and npm are needed to run @sentry/node (not on PATH)")
+    app = tmp_path_factory.mktemp("nodeapp")
+    (app / "package.json").write_text('{"name": "shop-web", "private": true}')
+    try:
+        done = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "@sentry/node"],
+            cwd=app,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.skip("npm install @sentry/node took more than 5 minutes")
+    if done.returncode != 0:
+        pytest.skip(f"npm install @sentry/node failed: {done.stderr.strip()[-500:]}")
+    (app / "app.js").write_text(NODE_APP)
+    return app
+
+
+def test_node_sentry_sdk_error_with_cause_becomes_an_event_and_starts_a_chain(
+    server: Server, node_app: Path
+) -> None:
+    run(["node", "app.js", server.dsn("12")], cwd=node_app)
+    [event] = server.queued()
+    assert event.service == "12"
+    assert event.exception_type == "Error"
+    assert event.message == "checkout failed for order 42"
+    assert event.attributes["release"] == "2.0.1"
+    assert event.attributes["sentry"]["platform"] == "node"
+    functions = [f["function"] for f in event.attributes["frames"]]
+    assert functions[0] == "checkout" and "parseOrder" in functions
+    assert all(f["in_app"] for f in event.attributes["frames"])
+    # Node's layout, the cause after "Caused by:" (whose frames the parser puts first).
+    assert event.stacktrace.startswith("Error: checkout failed for order 42\n    at checkout (")
+    assert "\nCaused by: SyntaxError: " in event.stacktrace
+    parsed = {(f.function, f.file.rsplit("/", 1)[-1]) for f in parse_frames(event.stacktrace)}
+    assert {("checkout", "app.js"), ("parseOrder", "app.js")} <= parsed
+
+
+# --- OpenTelemetry logs ----------------------------------------------------------------------
+
+
+def otel_records(endpoint: str | None, export: bool = True) -> Any:
+    """Log a caught exception through the OTel SDK's logging handler; exported to ``endpoint``
+    over OTLP/HTTP protobuf, or returned as the exporter's encoded request."""
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="in the dev extra")
+    from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.sdk._logs import LoggerProvider, LoggingHandler
+    from opentelemetry.sdk._logs.export import (
+        InMemoryLogRecordExporter,
+        SimpleLogRecordProcessor,
+    )
+    from opentelemetry.sdk.resources import Resource
+
+    resource = Resource.create({"service.name": "billing", "service.version": "3.1.0"})
+    provider = LoggerProvider(resource=resource)
+    memory = InMemoryLogRecordExporter()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(memory))
+    if endpoint:
+        exporter = OTLPLogExporter(
+            endpoint=f"{endpoint}/v1/logs",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            compression=Compression.Gzip,
+        )
+        provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    logger = logging.getLogger(f"billing.invoices.{time.monotonic_ns()}")
+    logger.propagate = False
+    logger.addHandler(LoggingHandler(logger_provider=provider))
+    logger.info("invoice run started")  # not an error: ignored
+    try:
+        {"total": 10}["tax"]
+    except KeyError:
+        logger.exception("invoice 17 could not be totalled")
+    provider.force_flush()
+    provider.shutdown()
+    return encode_logs(memory.get_finished_logs())
+
+
+def test_otel_sdk_protobuf_log_with_exception_becomes_an_event(server: Server) -> None:
+    otel_records(server.url)
+    [event] = server.queued()
+    assert event.service == "billing"
+    assert event.attributes["release"] == "3.1.0"
+    assert event.exception_type == "KeyError"
+    assert event.message == "invoice 17 could not be totalled"
+    assert "Traceback (most recent call last)" in event.stacktrace
+    assert parse_frames(event.stacktrace)[0].function == "otel_records"
+    assert server.client.llen("embed") == 1  # the INFO record started nothing
+
+
+def test_otel_json_is_read_like_protobuf_and_replies_in_json(server: Server) -> None:
+    from google.protobuf.json_format import MessageToDict
+
+    request = otel_records(None)
+    body = MessageToDict(request)
+    r = httpx.post(
+        f"{server.url}/v1/logs",
+        json=body,
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        timeout=30,
+    )
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/json")
+    assert r.json() == {}
+    [event] = server.queued()
+    assert event.exception_type == "KeyError" and event.attributes["release"] == "3.1.0"
+    again = httpx.post(
+        f"{server.url}/v1/logs", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    assert again.status_code == 200 and server.client.llen("embed") == 1  # same record ids
+
+
+def test_otel_span_with_a_recorded_exception_becomes_an_event(server: Server) -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="in the dev extra")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    resource = Resource.create({"service.name": "payments", "service.version": "5.0.0"})
+    provider = TracerProvider(resource=resource)
+    exporter = OTLPSpanExporter(
+        endpoint=f"{server.url}/v1/traces", headers={"Authorization": f"Bearer {TOKEN}"}
+    )
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("payments.charge")
+    with tracer.start_as_current_span("GET /health"):
+        pass  # a span without an exception: nothing to analyze
+    try:
+        with tracer.start_as_current_span("charge card"):
+            raise TimeoutError("card gateway did not answer in 5 s")
+    except TimeoutError:
+        pass
+    provider.shutdown()
+    [event] = server.queued()
+    assert event.service == "payments" and event.attributes["release"] == "5.0.0"
+    assert event.exception_type == "TimeoutError"
+    assert event.message == "card gateway did not answer in 5 s"
+    assert "Traceback (most recent call last)" in event.stacktrace
+    assert parse_frames(event.stacktrace)[0].function.startswith("test_otel_span")
+    assert event.attributes["log_attributes"]["span.name"] == "charge card"
+    assert len(event.attributes["otel"]["trace_id"]) == 32
+
+
+def test_an_unusable_otlp_record_is_a_partial_success_and_too_many_are_413(
+    server: Server,
+) -> None:
+    def request(n: int) -> dict[str, Any]:
+        record = {"severityNumber": 17}  # ERROR, with neither a body nor an exception
+        return {"resourceLogs": [{"scopeLogs": [{"logRecords": [record] * n}]}]}
+
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = httpx.post(f"{server.url}/v1/logs", json=request(1), headers=auth)
+    assert r.status_code == 200
+    assert r.json()["partialSuccess"]["rejectedLogRecords"] == "1"
+    assert "neither 'message' nor a stack" in r.json()["partialSuccess"]["errorMessage"]
+    r = httpx.post(f"{server.url}/v1/logs", json=request(101), headers=auth)
+    assert r.status_code == 413
+
+
+def test_otlp_needs_the_token_and_a_known_content_type(server: Server) -> None:
+    r = httpx.post(f"{server.url}/v1/logs", json={"resourceLogs": []})
+    assert r.status_code == 401
+    r = httpx.post(
+        f"{server.url}/v1/logs",
+        content=b"x",
+        headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "text/plain"},
+    )
+    assert r.status_code == 415
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+def test_the_older_store_endpoint_takes_one_event(server: Server) -> None:
+    event = {
+        "event_id": "d" * 32,
+        "platform": "python",
+        "level": "error",
+        "release": "0.9.0",
+        "exception": {
+            "values": [
+                {
+                    "type": "KeyError",
+                    "value": "'tax'",
+                    "stacktrace": {
+                        "frames": [
+                            {"abs_path": "/app/bill.py", "lineno": 3, "function": "total"},
+                        ]
+                    },
+                }
+            ]
+        },
+    }
+    r = httpx.post(
+        f"{server.url}/api/7/store/",
+        content=gzip.compress(json.dumps(event).encode()),
+        headers={"X-Sentry-Auth": f"Sentry sentry_key={KEY}", "Content-Encoding": "gzip"},
+    )
+    assert r.status_code == 200 and r.json()["id"] == "d" * 32
+    [queued] = server.queued()
+    assert queued.exception_type == "KeyError" and queued.attributes["release"] == "0.9.0"
+
+
+def test_malformed_envelopes_are_400(server: Server) -> None:
+    assert server.envelope(b"{}\n", project="x" * 65).status_code == 400
+    assert server.envelope(b"not json at all\n").status_code == 400
+    truncated = b'{}\n{"type":"event","length":500}\n{"message":"x"}'
+    r = server.envelope(truncated)
+    assert r.status_code == 400 and "payload ends" in r.json()["detail"]
+    r = server.envelope(b'{}\n{"type":"event"}\n{oops')
+    assert r.status_code == 400 and "not JSON" in r.json()["detail"]
+
+
+def test_missing_key_is_401_and_wrong_key_is_403(server: Server) -> None:
+    body = b'{}\n{"type":"event"}\n{"message":"x","level":"error"}'
+    r = httpx.post(f"{server.url}/api/7/envelope/", content=body)
+    assert r.status_code == 401
+    r = httpx.post(f"{server.url}/api/7/envelope/?sentry_key=nope", content=body)
+    assert r.status_code == 403
+    r = httpx.post(f"{server.url}/api/7/envelope/?sentry_key={KEY}", content=body)
+    assert r.status_code == 200  # the key as a query parameter, as browser SDKs send it
+
+
+def test_oversized_envelope_is_413(server: Server) -> None:
+    big = b'{}\n{"type":"event"}\n' + json.dumps({"message": "x" * MAX_BODY}).encode()
+    assert server.envelope(big).status_code == 413
+    bomb = gzip.compress(b" " * 5_000_000)
+    assert server.envelope(bomb, **{"Content-Encoding": "gzip"}).status_code == 413
+    brotli = pytest.importorskip("brotli")
+    br_bomb = brotli.compress(b" " * 5_000_000)
+    assert server.envelope(br_bomb, **{"Content-Encoding": "br"}).status_code == 413
+
+
+def test_an_envelope_with_only_a_transaction_is_accepted_and_dropped(server: Server) -> None:
+    header = json.dumps({"event_id": "a" * 32, "sent_at": "2026-12-01T10:00:00Z"})
+    transaction = json.dumps({"type": "transaction", "transaction": "/checkout", "spans": []})
+    session = json.dumps({"sid": "b" * 32, "status": "ok"})
+    body = "\n".join([header, '{"type":"transaction"}', transaction, '{"type":"session"}', session])
+    r = server.envelope(body.encode())
+    assert r.status_code == 200
+    assert r.json()["id"] == "a" * 32
+    assert r.json()["dropped"] == {"transaction": 1, "session": 1}
+    assert r.json()["accepted"] == [] and server.client.llen("embed") == 0
+
+
+def test_redis_down_is_a_503_with_retry_after(tmp_path: Path) -> None:
+    s = Server(tmp_path)
+    try:
+        s.redis_proc.stop()
+        event = {"message": "x", "level": "error", "event_id": "c" * 32}
+        body = b'{}\n{"type":"event"}\n' + json.dumps(event).encode()
+        r = s.envelope(body)
+        assert r.status_code == 503 and int(r.headers["Retry-After"]) > 0
+        logs = otel_records(None).SerializeToString()
+        r = httpx.post(
+            f"{s.url}/v1/logs",
+            content=logs,
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/x-protobuf"},
+            timeout=30,
+        )
+        assert r.status_code == 503 and int(r.headers["Retry-After"]) > 0  # exporters retry
+    finally:
+        s.ingest.stop()
+        s.client.close()
