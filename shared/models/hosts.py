@@ -68,6 +68,21 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 return v
 """
 
+# The uncontended case in one round trip: nobody holds the lease and nobody waits for it. Also
+# returns the model left loaded on the host, which the caller needs to decide on a swap.
+_TAKE_FREE = """
+-- KEYS: lease, fence, waiting, loaded ; ARGV: holder, model, ttl_ms
+if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('ZCARD', KEYS[3]) > 0 then
+  return false
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local token = redis.call('INCR', KEYS[2])
+local v = cjson.encode({holder=ARGV[1], model=ARGV[2], token=token, since=now})
+redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
+return {v, redis.call('GET', KEYS[4]) or ''}
+"""
+
 _RENEW = """
 -- KEYS: lease ; ARGV: token, ttl_ms
 local cur = redis.call('GET', KEYS[1])
@@ -130,6 +145,7 @@ class HostLease:
     def __post_init__(self) -> None:
         self.keys = Keys(self.host)
         self._acquire = self.r.register_script(_ACQUIRE)
+        self._take_free = self.r.register_script(_TAKE_FREE)
         self._renew = self.r.register_script(_RENEW)
         self._release = self.r.register_script(_RELEASE)
 
@@ -141,9 +157,17 @@ class HostLease:
         return waited_since_ms - HEAD_START_MS.get(priority, 0)
 
     def acquire(self, model: str, priority: int, timeout: float) -> dict[str, Any]:
-        """Wait (not holding anything) until this holder has the lease; its JSON value."""
+        """Wait (not holding anything) until this holder has the lease; its JSON value, with
+        ``"loaded"``: what the host had loaded (raw JSON) when the lease was free at once."""
         k = self.keys
         ttl_ms = int(self.ttl * 1000)
+        free = self._take_free(
+            keys=[k.lease, k.fence, k.waiting, k.loaded], args=[self.holder, model, ttl_ms]
+        )
+        if free:
+            value: dict[str, Any] = json.loads(free[0])
+            self.token, self.model, self.lost = int(value["token"]), model, False
+            return {**value, "loaded": free[1]}
         deadline = time.monotonic() + timeout
         since = server_ms(self.r)
         self.r.zadd(k.waiting, {self.holder: self._rank(priority, since)})
@@ -155,7 +179,7 @@ class HostLease:
                     args=[self.holder, model, ttl_ms, server_ms(self.r)],
                 )
                 if got:
-                    value: dict[str, Any] = json.loads(got)
+                    value = json.loads(got)
                     self.token, self.model, self.lost = int(value["token"]), model, False
                     return value
                 self._prune_dead_waiters()
@@ -254,43 +278,54 @@ class HostSession:
             self.busy = True
             self.last_activity = time.monotonic()
         try:
-            self._ensure(model, url, kind, priority)
-            self.lease.check()
+            if not self._ensure(model, url, kind, priority):
+                self.lease.check()  # held from an earlier call: fence it (acquired now: it is)
             started = time.monotonic()
+            ok = False
             try:
                 result = fn()
+                ok = True
             except TransientError:
                 # The host is down or overloaded: never hold it while waiting to retry.
                 self._release()
                 raise
             finally:
                 elapsed_ms = int((time.monotonic() - started) * 1000)
-                self.r.hincrby(self.lease.keys.stats, "busy_ms", elapsed_ms)
-                self.r.hincrby(self.lease.keys.stats, "calls", 1)
-            self.r.set(
-                self.lease.keys.loaded, json.dumps({"model": model, "url": url, "kind": kind})
-            )
+                pipe = self.r.pipeline(transaction=False)
+                pipe.hincrby(self.lease.keys.stats, "busy_ms", elapsed_ms)
+                pipe.hincrby(self.lease.keys.stats, "calls", 1)
+                if ok:
+                    loaded = json.dumps({"model": model, "url": url, "kind": kind})
+                    pipe.set(self.lease.keys.loaded, loaded)
+                pipe.execute()
             return result
         finally:
             with self._lock:
                 self.busy = False
                 self.last_activity = time.monotonic()
 
-    def _ensure(self, model: str, url: str, kind: str, priority: int) -> None:
+    def _ensure(self, model: str, url: str, kind: str, priority: int) -> bool:
+        """Hold the lease with ``model`` on the host; whether the lease was acquired now."""
         with self._lock:
             if self.lease.held and self.lease.model == model:
-                return
-            if self.lease.held:  # holding for another model of ours: switch under the lease
-                self.lease.model = model
-            else:
-                self.lease.acquire(model, priority, self.wait_timeout)
+                return False
+            acquired = not self.lease.held
+            loaded = None
+            if acquired:
+                loaded = self.lease.acquire(model, priority, self.wait_timeout).get("loaded")
                 self.tasks_in_hold = 0
                 self.hold_started = time.monotonic()
                 self._start_renewer()
-            self._switch_to(model, url, kind)
+            else:  # holding for another model of ours: switch under the lease
+                self.lease.model = model
+            self._switch_to(model, url, kind, loaded)
+            return acquired
 
-    def _switch_to(self, model: str, url: str, kind: str) -> None:
-        raw = self.r.get(self.lease.keys.loaded)
+    def _switch_to(
+        self, model: str, url: str, kind: str, loaded: str | bytes | None = None
+    ) -> None:
+        """``loaded``: the host's loaded model as the lease's acquisition read it, if it did."""
+        raw = self.r.get(self.lease.keys.loaded) if loaded is None else loaded
         previous = json.loads(raw) if raw else None
         if previous and previous.get("model") != model:
             self.r.hincrby(self.lease.keys.stats, "swaps", 1)
