@@ -179,9 +179,9 @@ class GroupStore:
         first chain to ask does (and its redelivered message still does); any other does not.
         A ``revision`` (a degraded message's second chance) has its own one claim."""
         key = keys.analysis_started(fp, window_start) + (":revision" if revision else "")
-        self.r.set(key, task_id, nx=True, ex=IDLE_EXPIRY_S)
-        owner = self.r.get(key)
-        return owner is not None and _s(owner) == task_id
+        # SET NX GET (Redis >= 7.0): the earlier owner, or None when this chain took it.
+        owner = self.r.set(key, task_id, nx=True, ex=IDLE_EXPIRY_S, get=True)
+        return owner is None or _s(owner) == task_id
 
     def mark_started(self, fp: str, window_start: int) -> None:
         """The window's analysis chain is enqueued: later events of the window only count."""

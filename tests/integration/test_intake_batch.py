@@ -90,3 +90,17 @@ def test_a_batch_counts_as_one_by_one(intake_pair: tuple[Intake, redis.Redis]) -
     assert r.llen("embed") == 3
     # One delayed count update per repeated group.
     assert sum(1 for _ in r.scan_iter("th:group:*:update")) == 3
+
+
+def test_one_chain_analyses_a_group_window_and_its_redelivery_still_does(
+    fresh_redis: redis.Redis,
+) -> None:
+    from shared.intake.groups import GroupStore
+
+    store = GroupStore(fresh_redis, window_s=60)
+    assert store.claim_analysis("fp", 1000, "chain-a")
+    assert not store.claim_analysis("fp", 1000, "chain-b")  # enqueued twice: stops at once
+    assert store.claim_analysis("fp", 1000, "chain-a")  # its message redelivered: goes on
+    assert store.claim_analysis("fp", 2000, "chain-b")  # the next window is another claim
+    assert store.claim_analysis("fp", 1000, "chain-c", revision=True)  # its one second chance
+    assert not store.claim_analysis("fp", 1000, "chain-d", revision=True)
