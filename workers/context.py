@@ -109,8 +109,14 @@ class Clients:
                 idle_release=s.lease_idle_release,
                 unload=lambda u, m: unload_ollama_model(self.model_http, u, m),
                 on_swap=metrics.swap,
+                queue_depth=self._model_queue_depth,
             )
         return self.sessions[host]
+
+    def _model_queue_depth(self) -> int:
+        """Messages waiting on the model queues this worker consumes."""
+        consumed = _state.get("consumed", set(queues.ALL_QUEUES)) & set(queues.MODEL_QUEUES)
+        return sum(queues.depth(self.redis, q) for q in sorted(consumed))
 
     @cached_property
     def _embedder(self) -> OllamaEmbedder:
@@ -286,8 +292,8 @@ def _after_task(task: Any = None, **_: Any) -> None:
         return
     info = task.request.delivery_info or {}
     queue = info.get("routing_key")
-    if queue not in queues.MODEL_QUEUES:
-        return
+    if queue not in queues.MODEL_QUEUES or not any(s.lease.held for s in c.sessions.values()):
+        return  # released already: by the last call, when nothing waited
     depth = queues.depth(c.redis, queue)
     for session in c.sessions.values():
         session.after_task(depth)

@@ -255,8 +255,12 @@ class HostSession:
         wait_timeout: float = 600.0,
         unload: Callable[[str, str], None] | None = None,
         on_swap: Callable[[str], None] | None = None,
+        queue_depth: Callable[[], int] | None = None,
     ) -> None:
         self.lease = HostLease(r, host, ttl=ttl)
+        # Work waiting for this worker's model(s): none left when a call ends, the host goes
+        # to whoever waits at once, not after the rest of the task (an analysis's Slack post).
+        self.queue_depth = queue_depth
         self.on_swap = on_swap
         self.r = r
         self.max_tasks, self.max_seconds = max_tasks, max_seconds
@@ -298,6 +302,8 @@ class HostSession:
                     loaded = json.dumps({"model": model, "url": url, "kind": kind})
                     pipe.set(self.lease.keys.loaded, loaded)
                 pipe.execute()
+            if self.queue_depth is not None and self.queue_depth() == 0:
+                self._release()
             return result
         finally:
             with self._lock:

@@ -143,6 +143,27 @@ def test_a_dead_host_is_not_held_while_waiting_to_retry(redis_client: redis.Redi
     session.close()
 
 
+def test_the_host_goes_at_once_when_a_call_leaves_nothing_queued_for_its_model(
+    redis_client: redis.Redis,
+) -> None:
+    """An analysis's model call ends, its task still posts to Slack: the next error's query
+    embedding must not wait for that (nor poll for it) when nothing more is queued for the LLM."""
+    host = new_host()
+    waiting = {"n": 1}
+    session = HostSession(redis_client, host, ttl=5, queue_depth=lambda: waiting["n"])
+    session.call("m1", "http://x", "chat", PRIORITY_QUERY, lambda: None)
+    assert host_status(redis_client, host)["holder"] is not None  # more of the same queued
+    waiting["n"] = 0
+    session.call("m1", "http://x", "chat", PRIORITY_QUERY, lambda: None)
+    assert host_status(redis_client, host)["holder"] is None  # nothing queued: let go now
+    other = HostLease(redis_client, host, ttl=5)
+    t0 = time.monotonic()
+    other.acquire("m2", PRIORITY_QUERY, timeout=1)
+    assert time.monotonic() - t0 < other.poll  # taken at once, no polling
+    other.release()
+    session.close()
+
+
 # --- real workers against the simulator ------------------------------------------------------
 
 
