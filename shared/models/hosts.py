@@ -147,14 +147,21 @@ class HostLease:
         k = self.keys
         ttl_ms = int(self.ttl * 1000)
         deadline = time.monotonic() + timeout
-        since = server_ms(self.r)
-        self.r.zadd(k.waiting, {self.holder: self._rank(priority, since)})
+        rank = self._rank(priority, server_ms(self.r))
         try:
             while True:
-                # The heartbeat of this waiter, holding its priority (see waiting_ahead_of).
-                self.r.set(
+                # Heartbeat (holding this waiter's priority, see waiting_ahead_of) first, then
+                # the ranking, on every poll: a waiter pruned as dead - between a ranking and
+                # its first heartbeat, or a heartbeat that expired while this process was not
+                # scheduled - comes back with its rank. It used to stay out of the ranking and
+                # get the host only once nobody else waited: an analysis waited 15 s while
+                # the embed worker, seeing no other waiter, kept it for 120 index drains.
+                pipe = self.r.pipeline(transaction=False)
+                pipe.set(
                     k.waiter + self.holder, str(priority), px=max(1000, int(self.poll * 50_000))
                 )
+                pipe.zadd(k.waiting, {self.holder: rank}, nx=True)
+                pipe.execute()
                 got = self._acquire(
                     keys=[k.lease, k.fence, k.waiting],
                     args=[self.holder, model, ttl_ms, server_ms(self.r)],

@@ -131,6 +131,36 @@ def test_waiters_go_by_priority_and_a_dead_waiter_does_not_block(
     assert order == ["query", "bulk"]  # ... but the query goes first
 
 
+def test_a_waiter_pruned_as_dead_while_alive_keeps_its_place(redis_client: redis.Redis) -> None:
+    host = new_host()
+    owner = HostLease(redis_client, host)
+    owner.acquire("m0", PRIORITY_QUERY, timeout=1)
+    order: list[str] = []
+
+    def wait_for(name: str, priority: int) -> None:
+        lease = HostLease(redis_client, host)
+        lease.acquire(name, priority, timeout=10)
+        order.append(name)
+        time.sleep(0.05)
+        lease.release()
+
+    chain = threading.Thread(target=wait_for, args=("chain", PRIORITY_CHAIN))
+    chain.start()
+    time.sleep(0.2)
+    # What another waiter's pruning does when it finds no heartbeat (not written yet, or
+    # expired while the process was not scheduled): the live waiter leaves the ranking.
+    redis_client.zrem(
+        f"th:host:{host}:waiting", *redis_client.zrange(f"th:host:{host}:waiting", 0, -1)
+    )
+    bulk = threading.Thread(target=wait_for, args=("bulk", PRIORITY_BULK))
+    bulk.start()
+    time.sleep(0.2)
+    owner.release()
+    chain.join(10)
+    bulk.join(10)
+    assert order == ["chain", "bulk"]
+
+
 def test_bulk_work_yields_the_host_to_an_errors_stage_after_one_task(
     redis_client: redis.Redis,
 ) -> None:
