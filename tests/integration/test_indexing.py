@@ -269,19 +269,23 @@ def test_single_file_changes_are_embedded_several_per_request_and_each_gets_its_
     repo = new_repo()
     folder = f"burst_{uuid.uuid4().hex[:6]}"
     n = 40
+    text = "def f_{}(x):\n    return x + {}\n"
+    # mod_0 saved twice in a row: both saves may wait in one drain with the same chunk.
+    again = enqueue_file(sender, repo, f"{folder}/mod_0.py", text.format(0, 0))
     changes = [
-        enqueue_file(sender, repo, f"{folder}/mod_{i}.py", f"def f_{i}(x):\n    return x + {i}\n")
-        for i in range(n)
+        enqueue_file(sender, repo, f"{folder}/mod_{i}.py", text.format(i, i)) for i in range(n)
     ]
 
     summaries = [c.get(timeout=120) for c in changes]
 
-    assert all(s["files"] == 1 and s["chunks"] == 1 and s["embedded"] == 1 for s in summaries)
+    assert all(s["files"] == 1 and s["chunks"] == 1 and s["embedded"] <= 1 for s in summaries)
+    assert again.get(timeout=120)["files"] == 1
     assert paths_in_chroma(chroma, repo) == {f"{folder}/mod_{i}.py" for i in range(n)}
     ours = [
         r
         for r in ollama_sim.requests_to("/api/embed")
         if any(folder in text for text in r["body"]["input"])
     ]
-    assert sum(len(r["body"]["input"]) for r in ours) == n  # each chunk embedded once
+    # Each chunk embedded once (mod_0's twice if its saves fell in two drains).
+    assert n <= sum(len(r["body"]["input"]) for r in ours) <= n + 1
     assert len(ours) < n // 2  # several files per request (one each before the backlog)

@@ -113,7 +113,10 @@ def embed_backlog(self: Any, repo: str) -> dict[str, Any]:
     ctx = context.clients()
     backlog = ctx.embed_backlog
     entries = backlog.take(repo, ctx.settings.bulk_embed_chunks)
-    chunks = [Chunk.model_validate(c) for e in entries for c in e.chunks]
+    # One chunk id once: two saves of a file in one drain share their unchanged chunks, and
+    # Chroma refuses an upsert that names an id twice.
+    unique = {c["id"]: c for e in entries for c in e.chunks}
+    chunks = [Chunk.model_validate(c) for c in unique.values()]
     try:
         n = store_chunks(
             repo,
