@@ -88,6 +88,9 @@ def stack(
         "TRACEHOUND_REDELIVERY_AFTER": "20",
         # A degraded message's second analysis comes soon after the model host is back.
         "TRACEHOUND_REANALYZE_AFTER": "2",
+        # Small index drains (production: 128 chunks), so a test's re-index of tens of files
+        # is still several bulk tasks on the embed queue for an error's query to overtake.
+        "TRACEHOUND_BULK_EMBED_CHUNKS": "8",
     }
     s = LocalStack(workdir, env)
     try:

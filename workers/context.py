@@ -17,6 +17,7 @@ from shared.core import queues
 from shared.core.errors import TracehoundError
 from shared.core.pipeline import enqueue_reanalysis, enqueue_thread_reply
 from shared.core.settings import Settings
+from shared.index.backlog import EmbedBacklog
 from shared.index.corpus import RedisCorpus
 from shared.index.vectors import ChromaVectorIndex
 from shared.intake.groups import GroupStore
@@ -74,6 +75,10 @@ class Clients:
     @cached_property
     def corpus(self) -> RedisCorpus:
         return RedisCorpus(self.redis)
+
+    @cached_property
+    def embed_backlog(self) -> EmbedBacklog:
+        return EmbedBacklog(self.redis)
 
     @cached_property
     def keywords(self) -> BM25Index:
@@ -252,12 +257,12 @@ CLIENT_MODULES: dict[str, tuple[str, ...]] = {
 
 # What each queue's first task builds (Clients attributes), for Clients.warm.
 WARM: dict[str, tuple[str, ...]] = {
-    "embed": ("query_embedder", "bulk_embedder", "model_http"),
+    "embed": ("query_embedder", "bulk_embedder", "model_http", "embed_backlog", "vectors"),
     "retrieve": ("keywords", "prior", "redactor", "vectors"),
     "rerank": ("reranker", "model_http"),
     "llm": ("chat", "analysis_cache", "redactor", "model_http", "courier", "groups"),
     "notify": ("courier", "groups"),
-    "index": ("corpus", "vectors"),
+    "index": ("corpus", "vectors", "embed_backlog"),
 }
 
 

@@ -93,6 +93,15 @@ def corpus_segment(repo: str, sid: int, array: str = "") -> str:
     return f"{PREFIX}corpus:{repo}:seg:{sid}" + (f":{array}" if array else "")
 
 
+# --- bulk embedding backlog (shared/index/backlog.py) ----------------------------------------
+
+
+def embed_backlog(repo: str, part: str) -> str:
+    """A repo's index work waiting for the embedding model: ``pending`` (a list of entries) or
+    ``scheduled`` (set while a drain task is queued or running)."""
+    return f"{PREFIX}embed-backlog:{repo}:{part}"
+
+
 # --- model hosts (shared/models/hosts.py) -----------------------------------------------------
 
 

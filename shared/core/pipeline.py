@@ -3,7 +3,7 @@
     embed_query [embed] → retrieve [retrieve] → rerank [rerank] → analyze + post [llm]
     notify [notify]: a post Slack did not take at once (paced, 429, down), retried there
     update_group, thread_reply [notify]: a group's count updates and thread replies
-    index_files / index_file [index] → embed_chunks [embed]      remove_file, prune_repo [index]
+    index_files / index_file [index] → embed_backlog [embed]     remove_file, prune_repo [index]
 
 Every task signature is built in this module; nothing else calls ``app.signature``.
 
@@ -173,11 +173,6 @@ def enqueue_prune(
     return _send(app, queues.PRUNE_REPO, repo, live_paths, task_id=task_id)
 
 
-def embed_chunks_step(
-    app: Celery, repo: str, chunks: list[dict[str, Any]], plans: list[dict[str, Any]]
-) -> Signature:
-    """The embed stage that finishes an index task (``task.replace`` keeps the task's id).
-
-    Bulk embeddings sit at a lower Redis priority on the embed queue than an error's query.
-    """
-    return _sig(app, queues.EMBED_CHUNKS, repo, chunks, plans, priority=queues.BULK_PRIORITY)
+def enqueue_embed_backlog(app: Celery, repo: str) -> AsyncResult:
+    """A drain of ``repo``'s embedding backlog (shared/index/backlog.py), at bulk priority."""
+    return _send(app, queues.EMBED_BACKLOG, repo, priority=queues.BULK_PRIORITY)

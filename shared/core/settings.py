@@ -79,6 +79,13 @@ class Settings(BaseSettings):
     embed_query_prefix: str = "search_query: "
     embed_document_prefix: str = "search_document: "
     embed_batch_size: int = Field(32, ge=1, le=512)
+    bulk_embed_chunks: int = Field(
+        128,
+        ge=1,
+        le=5000,
+        description="Chunks one index drain embeds and stores at once (several files' worth); "
+        "an error's query waits for at most one drain on the embed worker.",
+    )
     llm_num_ctx: int = Field(8192, ge=512)
     llm_temperature: float = 0.1
     embed_url: str | None = Field(None, description="Ollama for embeddings; default ollama_url.")

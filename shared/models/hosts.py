@@ -11,6 +11,8 @@ runs under that host's lease, whichever worker process or machine makes it:
   fairness bound in tasks or seconds once someone else is waiting; then it releases;
 - waiters are ranked by priority with aging (an error's query embedding first, bulk indexing
   last, but a waiter that has waited long enough goes first), so nothing starves;
+- a holder whose last task was less urgent than a waiter's work (bulk indexing while an
+  error's stage waits) releases after that task, without using up its fair share;
 - when the model on the host changes, the previous Ollama model is unloaded (``keep_alive: 0``)
   so two are never resident.
 
@@ -169,11 +171,21 @@ class HostLease:
             self.token, self.model, self.lost = int(value["token"]), model, False
             return {**value, "loaded": free[1]}
         deadline = time.monotonic() + timeout
-        since = server_ms(self.r)
-        self.r.zadd(k.waiting, {self.holder: self._rank(priority, since)})
+        rank = self._rank(priority, server_ms(self.r))
         try:
             while True:
-                self.r.set(k.waiter + self.holder, "1", px=max(1000, int(self.poll * 50_000)))
+                # Heartbeat (holding this waiter's priority, see waiting_ahead_of) first, then
+                # the ranking, on every poll: a waiter pruned as dead - between a ranking and
+                # its first heartbeat, or a heartbeat that expired while this process was not
+                # scheduled - comes back with its rank. It used to stay out of the ranking and
+                # get the host only once nobody else waited: an analysis waited 15 s while
+                # the embed worker, seeing no other waiter, kept it for 120 index drains.
+                pipe = self.r.pipeline(transaction=False)
+                pipe.set(
+                    k.waiter + self.holder, str(priority), px=max(1000, int(self.poll * 50_000))
+                )
+                pipe.zadd(k.waiting, {self.holder: rank}, nx=True)
+                pipe.execute()
                 got = self._acquire(
                     keys=[k.lease, k.fence, k.waiting],
                     args=[self.holder, model, ttl_ms, server_ms(self.r)],
@@ -217,6 +229,20 @@ class HostLease:
             (w.decode() if isinstance(w, bytes) else w) != self.holder
             for w in self.r.zrange(self.keys.waiting, 0, -1)
         )
+
+    def waiting_ahead_of(self, priority: int) -> bool:
+        """Another live waiter has work more urgent than ``priority`` (lower goes first)."""
+        others = [
+            w.decode() if isinstance(w, bytes) else str(w)
+            for w in self.r.zrange(self.keys.waiting, 0, -1)
+        ]
+        others = [w for w in others if w != self.holder]
+        if not others:
+            return False
+        for value in self.r.mget([self.keys.waiter + w for w in others]):
+            if value is not None and int(value) < priority:
+                return True
+        return False
 
     def release(self) -> None:
         if self.token is not None:
@@ -269,6 +295,7 @@ class HostSession:
         self.tasks_in_hold = 0
         self.hold_started = 0.0
         self.last_activity = 0.0
+        self.last_priority: int | None = None  # of the last call in this hold
         self.busy = False
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -281,6 +308,7 @@ class HostSession:
         with self._lock:
             self.busy = True
             self.last_activity = time.monotonic()
+            self.last_priority = priority
         try:
             if not self._ensure(model, url, kind, priority):
                 self.lease.check()  # held from an earlier call: fence it (acquired now: it is)
@@ -358,14 +386,22 @@ class HostSession:
     # --- between tasks -----------------------------------------------------------------
 
     def after_task(self, queue_depth: int) -> None:
-        """Keep the host while our queue has work, unless others wait past the fairness bound."""
+        """Keep the host while our queue has work, unless others wait past the fairness bound,
+        or more urgent work waits: an error's stage preempts bulk indexing between two of its
+        tasks (without this, an error's rerank waited for up to ``max_tasks`` index drains,
+        each up to 128 chunks, before it got the host)."""
         with self._lock:
             if not self.lease.held:
                 return
             self.tasks_in_hold += 1
             held_for = time.monotonic() - self.hold_started
             fair_share_used = self.tasks_in_hold >= self.max_tasks or held_for >= self.max_seconds
-            if queue_depth == 0 or (fair_share_used and self.lease.others_waiting()):
+            # Only bulk work yields early: an error's query overtaking its own chain's rerank
+            # would swap models back and forth between stages of the same analyses.
+            preempted = self.last_priority == PRIORITY_BULK and self.lease.waiting_ahead_of(
+                PRIORITY_BULK
+            )
+            if queue_depth == 0 or preempted or (fair_share_used and self.lease.others_waiting()):
                 self._release()
 
     def _release(self) -> None:

@@ -25,6 +25,7 @@ from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
 from shared.models.hosts import (
     PRIORITY_BULK,
+    PRIORITY_CHAIN,
     PRIORITY_QUERY,
     HostLease,
     HostSession,
@@ -128,6 +129,69 @@ def test_waiters_go_by_priority_and_a_dead_waiter_does_not_block(
     bulk.join(10)
     query.join(10)
     assert order == ["query", "bulk"]  # ... but the query goes first
+
+
+def test_a_waiter_pruned_as_dead_while_alive_keeps_its_place(redis_client: redis.Redis) -> None:
+    host = new_host()
+    owner = HostLease(redis_client, host)
+    owner.acquire("m0", PRIORITY_QUERY, timeout=1)
+    order: list[str] = []
+
+    def wait_for(name: str, priority: int) -> None:
+        lease = HostLease(redis_client, host)
+        lease.acquire(name, priority, timeout=10)
+        order.append(name)
+        time.sleep(0.05)
+        lease.release()
+
+    chain = threading.Thread(target=wait_for, args=("chain", PRIORITY_CHAIN))
+    chain.start()
+    time.sleep(0.2)
+    # What another waiter's pruning does when it finds no heartbeat (not written yet, or
+    # expired while the process was not scheduled): the live waiter leaves the ranking.
+    redis_client.zrem(
+        f"th:host:{host}:waiting", *redis_client.zrange(f"th:host:{host}:waiting", 0, -1)
+    )
+    bulk = threading.Thread(target=wait_for, args=("bulk", PRIORITY_BULK))
+    bulk.start()
+    time.sleep(0.2)
+    owner.release()
+    chain.join(10)
+    bulk.join(10)
+    assert order == ["chain", "bulk"]
+
+
+def test_bulk_work_yields_the_host_to_an_errors_stage_after_one_task(
+    redis_client: redis.Redis,
+) -> None:
+    host = new_host()
+    # Nothing releases the host on a timer here: only after_task may.
+    indexer = HostSession(redis_client, host, max_tasks=20, max_seconds=60, idle_release=60)
+    indexer.call("embed", "http://x", "ollama", PRIORITY_BULK, lambda: None)
+    got: list[str] = []
+
+    def wait_for(name: str, priority: int) -> None:
+        lease = HostLease(redis_client, host)
+        lease.acquire(name, priority, timeout=10)
+        got.append(name)
+        lease.release()
+
+    other_bulk = threading.Thread(target=wait_for, args=("bulk", PRIORITY_BULK))
+    other_bulk.start()
+    time.sleep(0.2)
+    indexer.after_task(queue_depth=100)  # another bulk waiter, fair share not used: keep it
+    assert host_status(redis_client, host)["holder"]["holder"] == indexer.lease.holder
+
+    rerank = threading.Thread(target=wait_for, args=("rerank", PRIORITY_CHAIN))
+    rerank.start()
+    time.sleep(0.2)
+    indexer.after_task(queue_depth=100)  # an error's stage waits: yield after this one task
+    assert not indexer.lease.held
+
+    rerank.join(10)
+    other_bulk.join(10)
+    assert got == ["rerank", "bulk"]
+    indexer.close()
 
 
 def test_a_dead_host_is_not_held_while_waiting_to_retry(redis_client: redis.Redis) -> None:
@@ -257,9 +321,11 @@ def test_query_embedding_overtakes_a_queued_reindex_and_neither_starves(
 
     embeds = ollama_sim.requests_to("/api/embed")
     queries = [r["t"] for r in embeds if r["body"]["input"][0].startswith("search_query: ")]
-    bulk = [r["t"] for r in embeds if r["body"]["input"][0].startswith("search_document: ")]
+    documents = [r for r in embeds if r["body"]["input"][0].startswith("search_document: ")]
+    bulk = [r["t"] for r in documents]
     chats = [r["t"] for r in ollama_sim.requests_to("/api/chat")]
-    assert len(queries) == 3 and len(bulk) == 60
+    # The 60 files' chunks, several per request (the backlog coalesces single-file changes).
+    assert len(queries) == 3 and sum(len(r["body"]["input"]) for r in documents) == 60
     # Every error's query was embedded while the re-index still had work queued ...
     assert max(queries) < max(bulk)
     # ... and the analyses finished before it, rather than waiting for the whole re-index,

@@ -255,3 +255,37 @@ def test_missing_embed_model_fails_the_index_with_an_ollama_pull_hint(
     assert report.failed
     assert f"ollama pull {settings.embed_model}" in report.failed[0]
     assert report.removed_files == []  # nothing pruned after a failed run
+
+
+def test_single_file_changes_are_embedded_several_per_request_and_each_gets_its_result(
+    sender: Any,
+    settings: Settings,
+    chroma: ChromaVectorIndex,
+    ollama_sim: OllamaSimulator,
+) -> None:
+    """A burst of watcher changes (one task per file) reaches the model host as a few batched
+    embed requests, not one request, one upsert and one keyword segment per file; still,
+    every change's task returns its own summary."""
+    repo = new_repo()
+    folder = f"burst_{uuid.uuid4().hex[:6]}"
+    n = 40
+    text = "def f_{}(x):\n    return x + {}\n"
+    # mod_0 saved twice in a row: both saves may wait in one drain with the same chunk.
+    again = enqueue_file(sender, repo, f"{folder}/mod_0.py", text.format(0, 0))
+    changes = [
+        enqueue_file(sender, repo, f"{folder}/mod_{i}.py", text.format(i, i)) for i in range(n)
+    ]
+
+    summaries = [c.get(timeout=120) for c in changes]
+
+    assert all(s["files"] == 1 and s["chunks"] == 1 and s["embedded"] <= 1 for s in summaries)
+    assert again.get(timeout=120)["files"] == 1
+    assert paths_in_chroma(chroma, repo) == {f"{folder}/mod_{i}.py" for i in range(n)}
+    ours = [
+        r
+        for r in ollama_sim.requests_to("/api/embed")
+        if any(folder in text for text in r["body"]["input"])
+    ]
+    # Each chunk embedded once (mod_0's twice if its saves fell in two drains).
+    assert n <= sum(len(r["body"]["input"]) for r in ours) <= n + 1
+    assert len(ours) < n // 2  # several files per request (one each before the backlog)

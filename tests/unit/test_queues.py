@@ -21,6 +21,7 @@ TASK_NAMES = [
     queues.REMOVE_FILE,
     queues.PRUNE_REPO,
     queues.EMBED_CHUNKS,
+    queues.EMBED_BACKLOG,
     queues.UPDATE_GROUP,
     queues.THREAD_REPLY,
     queues.REANALYZE,
@@ -46,6 +47,7 @@ def test_every_task_has_a_time_limit(name: str) -> None:
 def test_stages_that_call_a_model_run_on_that_models_queue() -> None:
     assert queues.ROUTES[queues.EMBED_QUERY] == "embed"
     assert queues.ROUTES[queues.EMBED_CHUNKS] == "embed"
+    assert queues.ROUTES[queues.EMBED_BACKLOG] == "embed"
     assert queues.ROUTES[queues.RERANK] == "rerank"
     assert queues.ROUTES[queues.ANALYZE] == "llm"
 

@@ -30,7 +30,12 @@ from workers import context
 from workers.app import app, task_options
 from workers.retry import retry, visit
 
-PACED_RETRY_S = 1  # the channel's slot frees within a second
+
+def paced_retry_s() -> float:
+    """The channel's slot frees within one pace interval (1 s for Slack): try again then."""
+    return context.settings().slack_pace
+
+
 CLAIM_RETRY_S = 5  # another run of the same delivery is posting it
 MESSAGE_WAIT_RETRIES = 30  # intervals a count update waits for its message's analysis
 
@@ -42,7 +47,7 @@ def notify(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     try:
         return deliver(inv, context.clients().courier).model_dump(mode="json")
     except Paced:
-        raise self.retry(countdown=PACED_RETRY_S) from None
+        raise self.retry(countdown=paced_retry_s()) from None
     except ClaimHeld:
         raise self.retry(countdown=CLAIM_RETRY_S) from None
     except TransientError as exc:
@@ -55,7 +60,7 @@ def thread_reply(self: Any, thread_ts: str, text: str, key: str) -> dict[str, An
     try:
         posted = post_reply(thread_ts, text, key, context.clients().courier)
     except Paced:
-        raise self.retry(countdown=PACED_RETRY_S) from None
+        raise self.retry(countdown=paced_retry_s()) from None
     except TransientError as exc:
         raise retry(self, exc, forever=True) from exc
     return {"thread_ts": thread_ts, "posted": posted}
@@ -87,7 +92,7 @@ def update_group(self: Any, fingerprint: str) -> dict[str, Any]:
     try:
         count = update_counts(fingerprint, courier)
     except Paced:
-        raise self.retry(countdown=PACED_RETRY_S) from None
+        raise self.retry(countdown=paced_retry_s()) from None
     except MessageNotOut:
         if self.request.retries >= MESSAGE_WAIT_RETRIES:
             return {"fingerprint": fingerprint, "updated": False}

@@ -1,21 +1,30 @@
 """Index maintenance: files in, chunks embedded on the embed queue, stale chunks out.
 
 ``index_files`` / ``index_file`` [index] plan each file's chunks against both indexes; only
-chunks missing from them go on to ``embed_chunks`` [embed], which embeds and stores them.
+chunks missing from them go to the repo's embedding backlog, which ``embed_backlog`` [embed]
+drains several files at a time: it embeds, stores, and records each index task's result under
+that task's id (shared/index/backlog.py says why).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+from celery import states
+from celery.exceptions import Ignore
 
 from shared.core import queues as q
 from shared.core.domain import Chunk
-from shared.core.errors import TransientError
-from shared.core.pipeline import embed_chunks_step
+from shared.core.errors import PermanentError, TransientError
+from shared.core.pipeline import enqueue_embed_backlog
+from shared.index.backlog import Entry
 from shared.index.indexing import FilePlan, finish_file, plan_file, prune, remove_path, store_chunks
 from workers import context
 from workers.app import app, task_options
 from workers.retry import retry
+
+log = logging.getLogger(__name__)
 
 
 def _plan_dict(plan: FilePlan) -> dict[str, Any]:
@@ -41,9 +50,12 @@ def _index(task: Any, repo: str, files: list[dict[str, str]]) -> dict[str, Any]:
     ctx.corpus.add(repo, [c for p in plans for c in p.refill])  # no model call needed
     missing = [c.model_dump() for p in plans for c in p.missing]
     if missing:
-        # The embed stage finishes the job; replacing keeps this task's id, so whoever waits on
-        # it gets the final result.
-        raise task.replace(embed_chunks_step(app, repo, missing, [_plan_dict(p) for p in plans]))
+        # A drain of the backlog finishes the job and stores the result under this task's id,
+        # so whoever waits on it gets the final result; this run records none (Ignore).
+        entry = Entry(task.request.id, missing, [_plan_dict(p) for p in plans])
+        if ctx.embed_backlog.push(repo, entry):
+            enqueue_embed_backlog(app, repo)
+        raise Ignore()
     return _finish(repo, plans, embedded=0)
 
 
@@ -92,6 +104,45 @@ def embed_chunks(
     except TransientError as exc:
         raise retry(self, exc) from exc
     return _finish(repo, [FilePlan(**p) for p in plans], embedded=n)
+
+
+@app.task(**task_options(q.EMBED_BACKLOG))
+def embed_backlog(self: Any, repo: str) -> dict[str, Any]:
+    """Embed and store the oldest waiting index work of ``repo`` (several files), then queue
+    the next drain while work remains."""
+    ctx = context.clients()
+    backlog = ctx.embed_backlog
+    entries = backlog.take(repo, ctx.settings.bulk_embed_chunks)
+    # One chunk id once: two saves of a file in one drain share their unchanged chunks, and
+    # Chroma refuses an upsert that names an id twice.
+    unique = {c["id"]: c for e in entries for c in e.chunks}
+    chunks = [Chunk.model_validate(c) for c in unique.values()]
+    try:
+        n = store_chunks(
+            repo,
+            chunks,
+            embedder=ctx.bulk_embedder,
+            vectors=ctx.vectors,
+            corpus=ctx.corpus,
+            document_prefix=ctx.settings.embed_document_prefix,
+            redact=ctx.redactor.redact,
+        )
+        for e in entries:
+            result = _finish(repo, [FilePlan(**p) for p in e.plans], embedded=len(e.chunks))
+            self.backend.store_result(e.task_id, result, states.SUCCESS)
+    except TransientError as exc:
+        raise retry(self, exc) from exc  # the entries stay; the retry does them all again
+    except PermanentError as exc:
+        # Nothing will make these embeddings work (unknown model, bad input): their index
+        # tasks fail, as they did when each embedded on its own, and the backlog moves on.
+        log.error("index.embed_failed", extra={"repo": repo, "error": str(exc)})
+        for e in entries:
+            self.backend.mark_as_failure(e.task_id, exc)
+        n = 0
+    backlog.done(repo, entries)
+    if backlog.more(repo):
+        enqueue_embed_backlog(app, repo)
+    return {"repo": repo, "files": len(entries), "embedded": n}
 
 
 @app.task(**task_options(q.REMOVE_FILE))
