@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from shared.core import keys, queues
 from shared.core.domain import ErrorEvent
 from shared.core.pipeline import enqueue_error
 from shared.core.settings import Settings
@@ -65,7 +66,16 @@ def test_sample_error_names_the_buggy_file_and_crosses_every_queue(
     run: Callable[..., dict],
     slack_sim: SlackSimulator,
     ollama_sim: OllamaSimulator,
+    redis_client: Any,
 ) -> None:
+    # The channel's posting slot free and no earlier test's thread reply queued: Slack takes
+    # this post at once (a paced post is handed to the notify queue, as the 429 test shows).
+    wait_until(
+        lambda: not redis_client.exists(keys.slack_pace(SLACK_CHANNEL))
+        and queues.depth(redis_client, "notify") == 0,
+        30,
+        "a free posting slot",
+    )
     result = run()
 
     assert BUGGY in [f.split(":")[0] for f in result["top_files"][:3]]
