@@ -217,7 +217,7 @@ def main() -> int:
     )
     print(
         "| tracebacks | log MB | events | read + group | read + group + enqueue (Redis, "
-        "submit per event) | goal | ref: skim scan alone | ref: one-regex scan, 4 MB buffers "
+        "submit_many per round) | goal | ref: skim scan alone | ref: one-regex scan, 4 MB buffers "
         "| ref: old per-line path |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

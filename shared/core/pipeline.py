@@ -116,7 +116,7 @@ def enqueue_error(
     task_id: str | None = None,
     revises: Posted | None = None,
 ) -> AsyncResult:
-    """Start an analysis; the returned result is the notify stage's (the message sent).
+    """Start an analysis; the returned result is the chain's last (the message sent).
 
     Producers go through shared.intake.submit.Intake, which redacts, groups and calls this
     once per group and window; tests and tools may call it directly for one analysis.

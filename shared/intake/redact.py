@@ -35,7 +35,7 @@ from typing import Any
 from shared.core.domain import Candidate, ErrorEvent
 from shared.core.memo import TextMemo
 
-MEMO_MIN_CHARS = 512  # texts this long (stack traces) are redacted once per distinct text
+MEMO_MIN_CHARS = 512  # texts this long (stack traces) are remembered apart from short ones
 
 
 @dataclass(frozen=True)
@@ -314,12 +314,20 @@ class Redactor:
         self.rules: tuple[Rule, ...] = tuple(all_rules() if rules is None else rules)
         self.enabled = enabled
         names = {rule.name for rule in self.rules}
-        self._long: TextMemo[str] = TextMemo(size=512)  # stack traces repeat; messages vary
-        triggers = sorted({t for rule in self.rules for t in rule.triggers}, key=len)
-        # One search tells whether a short text (a message) holds any trigger at all: most
-        # hold none, and then only the rules without triggers run.
-        self._any_trigger = re.compile("|".join(map(re.escape, triggers))) if triggers else None
-        self._untriggered = tuple(rule for rule in self.rules if not rule.triggers)
+        # Stack traces, exception types and many messages repeat: each distinct text is
+        # redacted once (texts up to MEMO_MIN_CHARS in a memo of their own, so that 4,096
+        # short ones cannot push out the 512 traces).
+        self._long: TextMemo[str] = TextMemo(size=512)
+        self._short: TextMemo[str] = TextMemo(size=4096)
+        # Which rules a text needs, from the triggers it holds: one substring test per distinct
+        # trigger (128) instead of one per rule and trigger, and no pass of a rule whose
+        # triggers are all absent.
+        rules_of: dict[str, set[int]] = {}
+        for i, rule in enumerate(self.rules):
+            for t in rule.triggers:
+                rules_of.setdefault(t, set()).add(i)
+        self._rules_of = {t: frozenset(ids) for t, ids in rules_of.items()}
+        self._untriggered = frozenset(i for i, rule in enumerate(self.rules) if not rule.triggers)
         self._attribute_keys = tuple(
             (name, pattern) for name, pattern in _SECRET_ATTRIBUTE_KEYS if name in names
         )
@@ -350,20 +358,18 @@ class Redactor:
     def redact(self, text: str) -> str:
         if not self.enabled or not text:
             return text
-        if len(text) >= MEMO_MIN_CHARS:
-            return self._long.get(text, None, lambda: self._redact(text, self.rules))
-        lowered = text.lower()
-        if self._any_trigger is not None and self._any_trigger.search(lowered) is None:
-            return self._redact(text, self._untriggered, lowered)
-        return self._redact(text, self.rules, lowered)
+        memo = self._long if len(text) >= MEMO_MIN_CHARS else self._short
+        return memo.get(text, None, lambda: self._redact(text))
 
-    def _redact(self, text: str, rules: Sequence[Rule], lowered: str | None = None) -> str:
+    def _redact(self, text: str) -> str:
         # Triggers are tested on the original text: a replacement only inserts a marker, and no
         # rule matches text that a marker brought in.
-        lowered = text.lower() if lowered is None else lowered
-        for rule in rules:
-            if rule.triggers and not any(t in lowered for t in rule.triggers):
-                continue
+        lowered = text.lower()
+        needed = self._untriggered.union(
+            *(ids for t, ids in self._rules_of.items() if t in lowered)
+        )
+        for i in sorted(needed):  # in the rules' order
+            rule = self.rules[i]
             if rule.prefilter is not None and not rule.prefilter.search(text):
                 continue
             text = rule.pattern.sub(rule.replacement, text)

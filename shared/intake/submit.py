@@ -34,7 +34,7 @@ class Submitted:
     fingerprint: str
     new: bool  # this event started an analysis
     count: int  # occurrences of its group in the current window
-    result: AsyncResult | None  # the notify stage's result when ``new``
+    result: AsyncResult | None  # the chain's result (the message sent) when ``new``
     duplicate: bool = False  # the event id was counted before (a replay): nothing added
 
 
