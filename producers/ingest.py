@@ -38,7 +38,7 @@ from shared.core.errors import PermanentError
 from shared.core.persistence import persistence_warning
 from shared.core.settings import Settings
 from shared.intake.events import Ignored, from_record, from_text
-from shared.intake.submit import Intake
+from shared.intake.submit import Intake, Submitted
 
 log = logging.getLogger(__name__)
 
@@ -359,16 +359,7 @@ def create_app(
             "accepted": [e.id for e in batch.accepted],
             # new: this event started an analysis; duplicate: its id was counted before (a
             # retry); otherwise it was counted in its group.
-            "groups": [
-                {
-                    "event_id": s.event_id,
-                    "fingerprint": s.fingerprint,
-                    "new": s.new,
-                    "count": s.count,
-                    "duplicate": s.duplicate,
-                }
-                for s in submitted
-            ],
+            "groups": group_replies(submitted),
             "rejected": batch.rejected[:REPLY_LIST_MAX],
             "rejected_count": len(batch.rejected),
             "ignored": batch.ignored[:REPLY_LIST_MAX],
@@ -406,6 +397,20 @@ def create_app(
             ).routes(),
         ]
     )
+
+
+def group_replies(submitted: list[Submitted]) -> list[dict[str, Any]]:
+    """What became of each accepted event, as the endpoints' replies list it."""
+    return [
+        {
+            "event_id": s.event_id,
+            "fingerprint": s.fingerprint,
+            "new": s.new,
+            "count": s.count,
+            "duplicate": s.duplicate,
+        }
+        for s in submitted
+    ]
 
 
 def _ping(sender: Celery) -> None:

@@ -36,7 +36,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from producers.ingest import RETRY_AFTER_S, BodyError, _inflate, _loads, read_body
+from producers.ingest import (
+    RETRY_AFTER_S,
+    BodyError,
+    _inflate,
+    _loads,
+    group_replies,
+    read_body,
+)
 from shared.core.domain import ErrorEvent
 from shared.core.errors import PermanentError
 from shared.intake import otlp
@@ -84,19 +91,6 @@ def unavailable(exc: Unavailable) -> JSONResponse:
     return JSONResponse(
         {"detail": str(exc)}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)}
     )
-
-
-def _groups(submitted: list[Submitted]) -> list[dict[str, Any]]:
-    return [
-        {
-            "event_id": s.event_id,
-            "fingerprint": s.fingerprint,
-            "new": s.new,
-            "count": s.count,
-            "duplicate": s.duplicate,
-        }
-        for s in submitted
-    ]
 
 
 def _store_body(raw: bytes, limit: int) -> bytes:
@@ -190,7 +184,7 @@ class SdkRoutes:
         )
         body: dict[str, Any] = {"id": events[0].id if events else event_id}
         # Beyond what SDKs read: what became of each item.
-        body |= {"accepted": [e.id for e in events], "groups": _groups(submitted)}
+        body |= {"accepted": [e.id for e in events], "groups": group_replies(submitted)}
         body["dropped"] = dict(dropped)
         return JSONResponse(body, status_code=200)
 

@@ -84,23 +84,28 @@ def index_file(self: Any, repo: str, path: str, text: str) -> dict[str, Any]:
     return _index(self, repo, [{"path": path, "text": text}])
 
 
+def _store(repo: str, chunks: list[Chunk]) -> int:
+    """Embed what is missing and store the chunks in Chroma and the keyword index."""
+    ctx = context.clients()
+    return store_chunks(
+        repo,
+        chunks,
+        embedder=ctx.bulk_embedder,
+        vectors=ctx.vectors,
+        corpus=ctx.corpus,
+        document_prefix=ctx.settings.embed_document_prefix,
+        redact=ctx.redactor.redact,
+    )
+
+
 @app.task(**task_options(q.EMBED_CHUNKS))
 def embed_chunks(
     self: Any, repo: str, chunks: list[dict[str, Any]], plans: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """Embed missing chunks in batches, store them in Chroma and BM25, then retire stale ones."""
-    ctx = context.clients()
     parsed = [Chunk.model_validate(c) for c in chunks]
     try:
-        n = store_chunks(
-            repo,
-            parsed,
-            embedder=ctx.bulk_embedder,
-            vectors=ctx.vectors,
-            corpus=ctx.corpus,
-            document_prefix=ctx.settings.embed_document_prefix,
-            redact=ctx.redactor.redact,
-        )
+        n = _store(repo, parsed)
     except TransientError as exc:
         raise retry(self, exc) from exc
     return _finish(repo, [FilePlan(**p) for p in plans], embedded=n)
@@ -118,15 +123,7 @@ def embed_backlog(self: Any, repo: str) -> dict[str, Any]:
     unique = {c["id"]: c for e in entries for c in e.chunks}
     chunks = [Chunk.model_validate(c) for c in unique.values()]
     try:
-        n = store_chunks(
-            repo,
-            chunks,
-            embedder=ctx.bulk_embedder,
-            vectors=ctx.vectors,
-            corpus=ctx.corpus,
-            document_prefix=ctx.settings.embed_document_prefix,
-            redact=ctx.redactor.redact,
-        )
+        n = _store(repo, chunks)
         for e in entries:
             result = _finish(repo, [FilePlan(**p) for p in e.plans], embedded=len(e.chunks))
             self.backend.store_result(e.task_id, result, states.SUCCESS)
