@@ -96,6 +96,7 @@ class Intake:
         """The analysis chains of the groups that opened a window, with their ``started``
         marks in the same pipeline: a crash before it lets the replayed event start them."""
         results: dict[int, AsyncResult] = {}
+        # Intake's Redis is the broker: both are TRACEHOUND_REDIS_URL (intake_for).
         pipe = self.groups.r.pipeline(transaction=False)
         for i, ((event, fp), occ) in enumerate(zip(prepared, occurrences, strict=True)):
             if not occ.new:
