@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
+import redis
 
 from shared.core.pipeline import enqueue_error
 from shared.core.settings import Settings
@@ -155,3 +156,48 @@ def test_a_worker_killed_while_slack_holds_its_post_does_not_post_twice(
     ]
     assert len(posts) == 1
     assert notification["ts"] == posts[0]["ts"]
+
+
+def test_embed_worker_child_killed_mid_drain_every_change_still_lands(
+    stack: LocalStack, sender: Any, settings: Settings, ollama_sim: OllamaSimulator
+) -> None:
+    """kill -9 of the embed worker's child while it embeds a drain of coalesced index changes:
+    the drain's entries stay in the backlog until stored, so the redelivered drain stores
+    every file and each change's task still gets its result."""
+    from shared.core.pipeline import enqueue_file
+    from shared.index.corpus import RedisCorpus
+    from shared.index.vectors import ChromaVectorIndex
+
+    repo = f"drain-kill-{uuid.uuid4().hex[:8]}"
+    folder = f"killed_{uuid.uuid4().hex[:6]}"
+    embed = next(p for p in stack.procs if p.name == "worker-embed" and p.alive())
+    ollama_sim.clear_log()
+    ollama_sim.configure(latency={"embed": 2.0})
+    try:
+        changes = [
+            enqueue_file(sender, repo, f"{folder}/mod_{i}.py", f"def f_{i}(x):\n    return x\n")
+            for i in range(12)
+        ]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+            any(folder in t for t in r["body"].get("input", []))
+            for r in ollama_sim.requests_to("/api/embed")
+        ):
+            time.sleep(0.05)
+        [child] = pool_children(embed.popen.pid)
+        os.kill(child, signal.SIGKILL)  # mid-request: the drain never stored anything
+    finally:
+        ollama_sim.configure(latency={})
+    summaries = [c.get(timeout=settings.redelivery_after + 90) for c in changes]
+    assert all(s["files"] == 1 for s in summaries)
+    embedded = [
+        r
+        for r in ollama_sim.requests_to("/api/embed")
+        if any(folder in t for t in r["body"].get("input", []))
+    ]
+    assert len(embedded) >= 2  # the killed drain's request, then its redelivery's
+    assert embed.alive()  # the pool replaced its child
+    got = ChromaVectorIndex(url=settings.chroma_url)._collection(repo).get(include=["metadatas"])
+    assert {m["path"] for m in got["metadatas"]} == {f"{folder}/mod_{i}.py" for i in range(12)}
+    corpus = RedisCorpus(redis.Redis.from_url(settings.redis_url))
+    assert corpus.paths(repo) == {f"{folder}/mod_{i}.py" for i in range(12)}  # keyword side
