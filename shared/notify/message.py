@@ -65,6 +65,15 @@ class MessageOptions:
     trace_in_thread: bool = False  # the trace goes to a thread reply, not the main body
 
 
+WEAK_CONFIDENCE_CAP = 0.30  # what a hypothesis may claim when the evidence is weak
+
+
+def shown_confidence(confidence: float, weak: bool) -> float:
+    """A model's confidence as shown: capped when the retrieved code is weak evidence, since
+    the model's own number does not know that nothing convincing was found."""
+    return min(confidence, WEAK_CONFIDENCE_CAP) if weak else confidence
+
+
 def is_weak(inv: Investigation, min_relevance: float) -> bool:
     """No code, or the best reranked file scores below the threshold: not worth presenting
     as the cause."""
@@ -160,7 +169,7 @@ def build_message(
         blocks.append(_section(f"*Summary:* {escape(a.summary)}"))
         if a.hypotheses:
             hyp = "\n".join(
-                f"{i}. {escape(h.cause)} _(confidence {h.confidence:.0%})_"
+                f"{i}. {escape(h.cause)} _(confidence {shown_confidence(h.confidence, weak):.0%})_"
                 + (
                     f" — {', '.join('`' + escape(e) + '`' for e in h.evidence[:3])}"
                     if h.evidence
@@ -168,7 +177,8 @@ def build_message(
                 )
                 for i, h in enumerate(a.hypotheses[:3], start=1)
             )
-            blocks.append(_section(f"*Probable causes:*\n{hyp}"))
+            heading = "Possible leads (weak evidence)" if weak else "Probable causes"
+            blocks.append(_section(f"*{heading}:*\n{hyp}"))
         if a.suggested_fix:
             blocks.append(_section(f"*Suggested fix:* {escape(a.suggested_fix)}"))
     files = _files_text(inv, opts.repo_url_template)
@@ -199,7 +209,7 @@ def build_message(
     if built := release(inv):
         context.append(f"release `{escape(built)}`")
     if a is not None and not a.degraded:
-        context.append(f"confidence {a.confidence:.0%} · {escape(a.model)}")
+        context.append(f"confidence {shown_confidence(a.confidence, weak):.0%} · {escape(a.model)}")
     blocks.append(
         {
             "type": "context",
@@ -234,7 +244,9 @@ def _fallback_text(inv: Investigation, weak: bool) -> str:
         parts.append(f"Summary: {a.summary}")
         for i, h in enumerate(a.hypotheses[:3], start=1):
             ev_text = f" [{', '.join(h.evidence[:3])}]" if h.evidence else ""
-            parts.append(f"Cause {i} ({h.confidence:.0%}): {h.cause}{ev_text}")
+            lead = "Possible lead" if weak else "Cause"
+            shown = shown_confidence(h.confidence, weak)
+            parts.append(f"{lead} {i} ({shown:.0%}): {h.cause}{ev_text}")
         if a.suggested_fix:
             parts.append(f"Fix: {a.suggested_fix}")
         if a.degraded:

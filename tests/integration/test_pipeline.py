@@ -353,3 +353,32 @@ def test_a_message_degraded_while_ollama_was_down_is_redone_in_place_when_it_ret
     wait_until(redone, 60, "the message rewritten with a full analysis")
     tops = [m for m in slack_sim.messages if not m.get("thread_ts") and service in json.dumps(m)]
     assert len(tops) == 1  # the same message, updated in place
+
+
+def test_a_trace_from_a_service_that_is_not_indexed_reads_as_weak_evidence(
+    run: Callable[..., dict], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator
+) -> None:
+    """Nothing can be retrieved for a repo that was never indexed, and the model (simulated)
+    is sure of itself anyway: the message says no code was found, shows the hypotheses as
+    possible leads, and no confidence it shows reaches 50%."""
+    overconfident = {
+        "summary": "Division by zero in the pricing code.",
+        "hypotheses": [
+            {"cause": "A line with quantity 0 reaches the allocation", "confidence": 0.9,
+             "evidence": []},
+        ],
+        "suggested_fix": "Guard the division.",
+        "relevant_files": [],
+        "confidence": 0.85,
+    }  # fmt: skip
+    ollama_sim.configure(chat_reply=json.dumps(overconfident))
+    try:
+        result = run(repo=f"never-indexed-{uuid.uuid4().hex[:8]}")
+    finally:
+        ollama_sim.configure(chat_reply=None)
+    [message] = posted_for(slack_sim, result["event_id"])
+    shown = json.dumps(message["blocks"]) + message["text"]
+    assert "no relevant code was found" in shown
+    assert "Possible leads (weak evidence)" in shown and "Probable causes" not in shown
+    percents = [int(p) for p in re.findall(r"(\d+)%", shown)]
+    assert percents and all(p < 50 for p in percents), percents

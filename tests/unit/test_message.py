@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from shared.core.domain import (
     Hypothesis,
     Investigation,
 )
-from shared.notify.message import MAX_BLOCKS, SECTION_MAX, build_message, escape
+from shared.notify.message import MAX_BLOCKS, SECTION_MAX, MessageOptions, build_message, escape
 from shared.notify.notifiers import plain, render_console
 
 MENTIONS = "<!channel> <!here> <@U123> <!subteam^S1|oncall> *bold* &amp; <https://evil|x>"
@@ -161,17 +162,43 @@ def test_header_without_exception_type_still_names_the_service() -> None:
 
 
 def test_analysis_summary_cause_fix_and_files_are_shown() -> None:
-    text, blocks = build_message(Investigation(event=event(), analysis=analysis()))
+    inv = Investigation(
+        event=event(), analysis=analysis(), candidates=[candidate("shop/order_service.py")]
+    )
+    text, blocks = build_message(inv)
     shown = all_text(blocks)
     for part in [
         "Average price divides",
+        "Probable causes",
         "Empty cart",
         "80%",
         "Return 0 for an empty cart",
         "shop/order_service.py:10-14",
     ]:
         assert part in shown
-        assert part in text
+        assert part in text or part == "Probable causes"
+
+
+def test_weak_evidence_is_said_and_no_confidence_reaches_fifty_percent() -> None:
+    """Nothing retrieved (a service that is not indexed) or only weak matches: the model's
+    hypotheses are shown as possible leads, their confidence capped, whatever it claimed."""
+    weak_cases = [
+        Investigation(event=event(), analysis=analysis()),  # no code retrieved at all
+        Investigation(
+            event=event(),
+            analysis=analysis(),
+            candidates=[
+                candidate("shop/order_service.py").model_copy(update={"rerank_score": -5.0})
+            ],
+        ),
+    ]
+    for inv in weak_cases:
+        text, blocks = build_message(inv, MessageOptions(min_relevance=0.5))
+        shown = all_text(blocks)
+        assert "Possible leads (weak evidence)" in shown and "Probable causes" not in shown
+        assert "Possible lead 1 (30%)" in text
+        percents = [int(p) for p in re.findall(r"(\d+)%", shown + text)]
+        assert percents and max(percents) <= 30
 
 
 # ---------------------------------------------------------------------- footnotes
