@@ -24,10 +24,12 @@ What it guarantees (tests/integration/test_tail_chaos.py breaks it on purpose):
   its checkpoint, the tailer backs off (capped exponential, one log line per attempt) and reads
   again from there once Redis is back.
 - **Hand-over.** A round's events of a file go to intake in one call, in file order (what a
-  truncation flushes goes first, in a call of its own, as the file starts over); only
-  lines that may be part of an error record go through the grouper and only records that may
-  be errors become events (producers/skim.py); ``skim=False`` feeds every line and builds an
-  event for every record, the reference the fast path is tested against.
+  truncation flushes goes first, in a call of its own, as the file starts over).
+- **Fast path, off by default.** ``skim=True`` runs only the lines that may be part of an error
+  record through the grouper and builds events only for records that may be errors
+  (producers/skim.py; equivalent to feeding every line on generated logs). It stays off in
+  ``tracehound tail`` until a rare loss is explained: the RotatingFileHandler chaos test at
+  full speed lost every error after some point in about 4% of runs with it, none without.
 
 copytruncate loses what is written between the copy and the truncate, in every tailer
 (Fluent Bit and Vector document the same); prefer ``create`` rotation.
@@ -258,7 +260,7 @@ class Tailer:
         linger: float = 30.0,
         inotify: bool = True,
         stop: threading.Event | None = None,
-        skim: bool = True,
+        skim: bool = False,
         read_chunk: int = READ_CHUNK,
     ) -> None:
         self.patterns = compile_patterns(patterns)

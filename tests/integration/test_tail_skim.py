@@ -54,7 +54,12 @@ def test_fast_and_reference_paths_hand_over_the_same_events(tmp_path: Path, seed
     fast_rounds, slow_rounds = Rounds(), Rounds()
     # Small reads: records and lines split across read buffers and across rounds.
     fast = tailer(
-        log, tmp_path / "fast.json", fast_rounds, read_chunk=rng.choice([7, 333, 4096]), **options
+        log,
+        tmp_path / "fast.json",
+        fast_rounds,
+        skim=True,
+        read_chunk=rng.choice([7, 333, 4096]),
+        **options,
     )
     slow = tailer(log, tmp_path / "slow.json", slow_rounds, skim=False, **options)
     try:
