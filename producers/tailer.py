@@ -25,12 +25,13 @@ What it guarantees (tests/integration/test_tail_chaos.py breaks it on purpose):
   again from there once Redis is back.
 - **Hand-over.** A round's events of a file go to intake in one call, in file order (what a
   truncation flushes goes first, in a call of its own, as the file starts over).
-- **Fast path, off by default.** ``skim=True`` runs only the lines that may be part of an error
-  record through the grouper and builds events only for records that may be errors
-  (producers/skim.py; equivalent to feeding every line on generated logs). It stays off in
-  ``tracehound tail`` until a rare loss is explained: the RotatingFileHandler chaos test at
-  full speed lost every error after some point in 3 of about 170 runs with it, in none of 32
-  without it (too few runs to blame it for sure).
+- **Fast path.** Only the lines that may be part of an error record run through the grouper,
+  and events are built only for records that may be errors (producers/skim.py; equivalent to
+  feeding every line, ``skim=False``, on generated logs).
+- **Rotations nobody saw.** A generation that inotify missed (its queue lagged or overflowed,
+  or no inotify at all) and that rotated away between two scans is still found: every scan
+  also reads the rotated siblings of the followed files (``app.log.1``, ``app.log-2026…``)
+  that were written since the tailer started and are not known yet.
 
 copytruncate loses what is written between the copy and the truncate, in every tailer
 (Fluent Bit and Vector document the same); prefer ``create`` rotation.
@@ -78,6 +79,28 @@ BACKOFF_START, BACKOFF_MAX = 0.5, 30.0
 EnqueueMany = Callable[[list[ErrorEvent]], object]
 
 
+ROTATION_SEPARATORS = (".", "-", "_")
+# Compressed rotations hold nothing a line reader could read.
+COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip", ".br")
+
+
+def rotated_siblings(path: str) -> list[str]:
+    """The files beside ``path`` named as its rotations are: ``app.log.1``, ``app.log-20261201``,
+    ``app.log.2026-12-01_10`` (RotatingFileHandler, logrotate, TimedRotatingFileHandler)."""
+    directory, name = os.path.split(path)
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return []
+    return [
+        os.path.join(directory, n)
+        for n in names
+        if n.startswith(name)
+        and n[len(name) : len(name) + 1] in ROTATION_SEPARATORS
+        and not n.endswith(COMPRESSED)
+    ]
+
+
 class HandOverFailed(Exception):
     """Intake could not take a round's events (its Redis is out of reach)."""
 
@@ -106,6 +129,7 @@ class Checkpoints:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.existed = path.exists()
+        self.saved_at = path.stat().st_mtime if self.existed else 0.0
         self.entries: dict[str, dict[str, Any]] = {}
         self.retired: list[dict[str, Any]] = []
         if not self.existed:
@@ -261,7 +285,7 @@ class Tailer:
         linger: float = 30.0,
         inotify: bool = True,
         stop: threading.Event | None = None,
-        skim: bool = False,
+        skim: bool = True,
         read_chunk: int = READ_CHUNK,
     ) -> None:
         self.patterns = compile_patterns(patterns)
@@ -269,6 +293,9 @@ class Tailer:
         self.enqueue_many = enqueue_many
         self.skim, self.read_chunk = skim, read_chunk
         self.checkpoints = Checkpoints(state_path)
+        # Rotated siblings written since then may hold lines never read (see _sweep_rotated).
+        self.fresh_since = self.checkpoints.saved_at or time.time()
+        self.swept: dict[str, int] = {}  # key -> size of a sibling read to its end and let go
         # Only the very first run treats what is already there as history.
         self.history_at_start = not self.checkpoints.existed and not from_start
         self.max_line_bytes = max_line_bytes
@@ -314,6 +341,7 @@ class Tailer:
             return
         self._next_scan = now + self.scan_every
         present: set[str] = set()
+        live: list[str] = []
         for path in matching_paths(self.patterns):
             try:
                 st = os.stat(path)
@@ -324,6 +352,7 @@ class Tailer:
                 continue
             key = f"{st.st_dev}:{st.st_ino}"
             present.add(key)
+            live.append(path)
             if key in self.files:
                 self.files[key].path = path  # renamed to another matching name: same file
                 continue
@@ -335,18 +364,19 @@ class Tailer:
             self._adopt(path, f, now)
         for key, fl in self.files.items():
             fl.at_path = key in present
+        self._sweep_rotated(live, now)
         if self.first_scan:
             self.first_scan = False
             for fl in self.files.values():
                 self.checkpoints.entries[fl.key] = fl.entry()
             self.checkpoints.save()  # the first run's starting points survive a kill -9
 
-    def _adopt(self, path: str, f: BinaryIO, now: float) -> None:
+    def _adopt(self, path: str, f: BinaryIO, now: float) -> Followed | None:
         st = os.fstat(f.fileno())
         key = f"{st.st_dev}:{st.st_ino}"
         if key in self.files or not stat.S_ISREG(st.st_mode):
             f.close()  # already followed (inotify and the scan both found it), or not a file
-            return
+            return None
         fl = Followed(
             key=key,
             path=path,
@@ -361,6 +391,7 @@ class Tailer:
         self.files[key] = fl
         self._throttle.forget(f"open:{path}")
         log.info("tail.open", extra={"path": path, "offset": fl.offset, "size": st.st_size})
+        return fl
 
     def _start_offset(self, fl: Followed, size: int) -> int:
         saved = self.checkpoints.entries.get(fl.key)
@@ -391,13 +422,7 @@ class Tailer:
         being read continues from its offset, and a copy made since the last read but of a
         content never seen (two rotations between two reads) is read whole — even where the
         patterns do not match them."""
-        directory, name = os.path.split(fl.path)
-        try:
-            names = [n for n in os.listdir(directory or ".") if n.startswith(name) and n != name]
-        except OSError:
-            return
-        for other in names:
-            path = os.path.join(directory, other)
+        for path in rotated_siblings(fl.path):
             try:
                 f = open(path, "rb")  # noqa: SIM115 - adopted (then closed in _close) or closed
             except OSError:
@@ -410,6 +435,43 @@ class Tailer:
                 self.files[key].at_path = False  # read to its end, then let go
             else:
                 f.close()
+
+    def _sweep_rotated(self, live: list[str], now: float) -> None:
+        """Rotations neither inotify nor a scan saw: a file written since this tailer started
+        (or since its state was last saved) that sits beside a followed file as one of its
+        rotations (``app.log.2`` after two rotations between scans; an inotify queue that
+        overflowed or lagged; no inotify at all) is read like any file found: from its
+        checkpoint or its copy's offset if its identity is known, else from its start."""
+        sizes: dict[str, int] = {}
+        for path in sorted({s for p in live for s in rotated_siblings(p)}):
+            if any(p.matches(path) for p in self.patterns):
+                continue  # the scan follows it
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            key = f"{st.st_dev}:{st.st_ino}"
+            sizes[key] = st.st_size
+            if (
+                key in self.files
+                or self.swept.get(key) == st.st_size
+                or not stat.S_ISREG(st.st_mode)
+            ):
+                continue  # followed, or read to its end (or history) and unchanged since
+            if st.st_mtime < self.fresh_since - 1.0:  # mtime is coarse on some filesystems
+                # Written before this tailer (or its last saved state): history, even when a
+                # rollover renames it later on.
+                self.swept[key] = st.st_size
+                continue
+            try:
+                f = open(path, "rb")  # noqa: SIM115 - kept open across polls, closed in _close
+            except OSError:
+                continue
+            if (fl := self._adopt(path, f, now)) is not None:
+                fl.at_path = False  # read to its end, then let go
+                log.info("tail.rotation_found", extra={"path": path, "offset": fl.offset})
+        # Only siblings still there are remembered: what was deleted cannot come back.
+        self.swept = {k: v for k, v in self.swept.items() if k in sizes}
 
     # --- reading ---------------------------------------------------------------------
 
@@ -635,6 +697,8 @@ class Tailer:
     def _close(self, key: str, fl: Followed, now: float) -> None:
         """A rotated or deleted file fully read: flush what is pending and let it go."""
         self._hand_over(self._events(fl, fl.grouper.flush(now, force=True)))
+        with contextlib.suppress(OSError):
+            self.swept[key] = os.fstat(fl.f.fileno()).st_size
         fl.f.close()
         del self.files[key]
         saved = self.checkpoints.entries.pop(key, None)

@@ -129,6 +129,46 @@ def test_rotation_by_rename_reads_the_old_file_to_its_end(tmp_path: Path, tailer
     assert len(t.files) == 1  # read to its end and quiet since: closed
 
 
+def rotate(log: Path) -> None:
+    """RotatingFileHandler's rollover: app.log.N -> app.log.N+1, ..., app.log -> app.log.1."""
+    numbered = [p for p in log.parent.glob(f"{log.name}.*") if p.suffix[1:].isdigit()]
+    backups = sorted(numbered, key=lambda p: -int(p.suffix[1:]))
+    for b in backups:
+        os.rename(b, b.with_suffix(f".{int(b.suffix[1:]) + 1}"))
+    os.rename(log, log.parent / f"{log.name}.1")
+
+
+def test_generations_rotated_away_between_two_scans_are_read_without_inotify(  # type: ignore[no-untyped-def]
+    tmp_path: Path, tailer_for
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "app.log"
+    # Rotations from before this tailer ran are history (each rollover renames them again),
+    # and a compressed one is never read.
+    (logs / "app.log.1").write_text(traceback_record(70))
+    past = time.time() - 3600
+    os.utime(logs / "app.log.1", (past, past))
+    (logs / "app.log.2.gz").write_bytes(b"\x1f\x8b" + traceback_record(80).encode())
+    log.write_text(traceback_record(1))
+    collect = Collect()
+    # No inotify: an inotify limit reached or a queue that overflowed looks the same.
+    t = tailer_for(str(log), collect, inotify=False)
+    now = settle(t, 0.0)
+    # Three generations written and rotated away before the next scan: the scan only ever sees
+    # the fourth at app.log; the second and third were never at a path it looked at.
+    for n in (2, 3, 4):
+        rotate(log)
+        log.write_text(info_line(n) + traceback_record(n))
+    now = settle(t, now + 1.5)
+    assert sorted(markers(collect.events)) == [f"marker-{n}" for n in (1, 2, 3, 4)]
+    # Read to their end, let go, and not read again while they stay where they are.
+    now = settle(t, now + 3)
+    now = settle(t, now + 3)
+    assert len(t.files) == 1
+    assert len(collect.events) == 4
+
+
 def test_copytruncate_starts_over_on_the_same_inode(tmp_path: Path, tailer_for) -> None:  # type: ignore[no-untyped-def]
     log = tmp_path / "app.log"
     log.write_text(traceback_record(1) + info_line(2) * 50)
