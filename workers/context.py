@@ -202,6 +202,7 @@ class Clients:
                 update_interval_s=s.group_update_interval,
                 repo_url_template=s.repo_url_template,
                 min_relevance=s.min_relevance,
+                language=s.language,
                 claim_ttl_s=queues.TIME_LIMITS[queues.NOTIFY] + 30,
             ),
             reply_later=self._reply_later,

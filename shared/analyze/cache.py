@@ -14,12 +14,15 @@ from shared.core.domain import Analysis, Investigation
 CACHE_TTL_S = 30 * 24 * 3600
 
 
-def cache_identity(inv: Investigation, model: str, prompt_version: str) -> str | None:
+def cache_identity(
+    inv: Investigation, model: str, prompt_version: str, language: str = "en"
+) -> str | None:
     """What makes two analyses the same; None for an event outside any group."""
     if inv.group is None:
         return None
     chunk_ids = sorted(h.chunk_id for c in inv.candidates for h in c.chunks)
-    return "\0".join([inv.group.fingerprint, model, prompt_version, *chunk_ids])
+    weak = "weak" if inv.evidence is not None and inv.evidence.weak else ""
+    return "\0".join([inv.group.fingerprint, model, prompt_version, language, weak, *chunk_ids])
 
 
 class AnalysisCache:

@@ -82,8 +82,45 @@ def sdk_context(event: ErrorEvent) -> str:
     return "\n".join(lines)
 
 
+LANGUAGE_NAMES = {
+    "en": "English",
+    "ko": "Korean",
+    "ja": "Japanese",
+    "zh": "Chinese",
+    "de": "German",
+    "fr": "French",
+    "es": "Spanish",
+    "pt": "Portuguese",
+}
+
+
+def guidance(weak_reason: str, language: str) -> str:
+    """What the model is told beyond the error and the code: that the evidence is weak (the
+    same judgement the message shows, shared/retrieve/evidence.py), and which language its
+    prose is read in."""
+    lines = []
+    if weak_reason:
+        lines.append(
+            f"Evidence is weak: {weak_reason}. These files may have nothing to do with the "
+            "failure. Say so in the summary, offer causes only as possible leads, and give no "
+            "confidence above 0.3."
+        )
+    if language.split("-", 1)[0] != "en":
+        name = LANGUAGE_NAMES.get(language.split("-", 1)[0], f"the language with code {language}")
+        lines.append(
+            f"Write summary, causes, suggested fix and reasons in {name}. Keep identifiers, "
+            "file paths, code, exception names and quoted log text exactly as they are."
+        )
+    return "".join(f"\n{line}\n" for line in lines)
+
+
 def build_messages(
-    event: ErrorEvent, candidates: Sequence[Candidate], nonce: str | None = None
+    event: ErrorEvent,
+    candidates: Sequence[Candidate],
+    nonce: str | None = None,
+    *,
+    weak_reason: str = "",
+    language: str = "en",
 ) -> list[dict[str, str]]:
     """System and user messages for the analysis; code shares a fixed budget, best first.
 
@@ -108,6 +145,7 @@ def build_messages(
         exception=event.exception_type or "(unknown)",
         error=error,
         candidates="\n\n".join(blocks) or "(retrieval found no code)",
+        guidance=guidance(weak_reason, language),
         nonce=nonce,
     )
     return [
@@ -148,12 +186,19 @@ def degraded(reason: str, *, model: str, raw_text: str | None = None) -> Analysi
     )
 
 
-def analyze(event: ErrorEvent, candidates: Sequence[Candidate], chat: ChatModel) -> Analysis:
+def analyze(
+    event: ErrorEvent,
+    candidates: Sequence[Candidate],
+    chat: ChatModel,
+    *,
+    weak_reason: str = "",
+    language: str = "en",
+) -> Analysis:
     """Ask the model; one repair attempt on invalid JSON; a degraded analysis if that fails too.
 
     Transient model failures (timeouts, 5xx) propagate so the task can retry them.
     """
-    messages = build_messages(event, candidates)
+    messages = build_messages(event, candidates, weak_reason=weak_reason, language=language)
     schema = analysis_schema()
     raw = chat.complete(messages, schema)
     try:

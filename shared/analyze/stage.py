@@ -40,13 +40,14 @@ def analyze_investigation(
     redact: Callable[[str], str],
     cache: AnalysisCache,
     may_retry: bool,
+    language: str = "en",
 ) -> Investigation:
     """The investigation with its analysis: cached, asked of the model, or degraded.
 
     A transient model failure is raised while ``may_retry`` (the task retries it with
     backoff); after that, and for a permanent failure, the analysis is degraded and says why.
     """
-    identity = cache_identity(inv, chat.model, prompt_version())
+    identity = cache_identity(inv, chat.model, prompt_version(), language)
     cached = cache.get(identity)
     if cached is not None:
         # Same group, model, prompt and code as an earlier analysis: it would say the same.
@@ -60,7 +61,8 @@ def analyze_investigation(
             )
             for c in inv.candidates
         ]
-        analysis = analyze(inv.event, safe, chat)
+        weak_reason = inv.evidence.reason if inv.evidence and inv.evidence.weak else ""
+        analysis = analyze(inv.event, safe, chat, weak_reason=weak_reason, language=language)
     except TransientError as exc:
         if may_retry:
             raise

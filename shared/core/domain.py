@@ -143,6 +143,16 @@ RERANK_UNAVAILABLE = "rerank: unavailable"
 NO_RERANK_BACKEND = "no rerank backend configured"
 
 
+class Evidence(Frozen):
+    """How well retrieval supports its files, judged before the LLM reads them
+    (shared/retrieve/evidence.py)."""
+
+    own_frames: int = 0  # chunks at frames of the trace in the indexed repo's own code
+    overlap: float = 0.0  # share of the query's identifiers found in the top file
+    weak: bool = False
+    reason: str = ""  # why it is weak, for the prompt and the logs
+
+
 class Investigation(Frozen):
     """The payload that travels down the analysis chain, growing one stage at a time."""
 
@@ -152,6 +162,7 @@ class Investigation(Frozen):
     query: str = ""
     query_vector: list[float] | None = None
     candidates: list[Candidate] = Field(default_factory=list)
+    evidence: Evidence | None = None
     analysis: Analysis | None = None
     notes: list[str] = Field(default_factory=list)
     trail: list[StageVisit] = Field(default_factory=list)

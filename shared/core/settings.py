@@ -216,6 +216,20 @@ class Settings(BaseSettings):
     min_relevance: float = Field(
         0.2, ge=0, le=1, description="Best rerank score below this: no strongly relevant code."
     )
+    language: str = Field(
+        "en",
+        pattern=r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$",
+        description="Language of the analysis' prose and of the message's fixed strings "
+        "(`en`, `ko` translated; other codes: prose only).",
+    )
+    min_overlap: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="Without a reranker and with no frame of the trace in the indexed code: "
+        "the top file must hold this share of the error's identifiers, or the evidence is weak "
+        "(`tracehound eval` suggests it).",
+    )
     notify_file: Path | None = Field(
         None, description="Console notifier's JSON-lines file; default DATA_DIR/notifications.jsonl"
     )

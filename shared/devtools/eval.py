@@ -30,6 +30,7 @@ from shared.intake.events import from_text
 from shared.intake.frames import PathMapper, parse_frames
 from shared.models.embedder import Embedder
 from shared.models.reranker import Reranker, relevance, rerank_candidates
+from shared.retrieve.evidence import lexical_overlap
 from shared.retrieve.hybrid import hybrid_retrieve
 from shared.retrieve.keywords import chunks_covering, defining, symbol_table
 from shared.retrieve.query import build_query
@@ -293,6 +294,9 @@ class EvalReport:
     skipped: list[dict[str, str]] = field(default_factory=list)
     # +rerank modes: the TRACEHOUND_MIN_RELEVANCE these cases suggest (shared.devtools.calibration)
     calibration: dict[str, dict[str, float | int] | None] = field(default_factory=dict)
+    # Modes without a reranker: the TRACEHOUND_MIN_OVERLAP suggested by the cases none of whose
+    # frames fall in the repo's own code (the only ones the overlap decides for)
+    overlap_calibration: dict[str, dict[str, float | int] | None] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -301,6 +305,7 @@ class EvalReport:
             "modes": self.modes,
             "summary": self.summary,
             "calibration": self.calibration,
+            "overlap_calibration": self.overlap_calibration,
             "skipped": self.skipped,
             "cases": self.cases,
         }
@@ -331,6 +336,7 @@ def run_eval(
     report = EvalReport(embedder=embedder.model, modes=list(modes))
     ranked_by_mode: dict[str, list[tuple[list[str], tuple[str, ...]]]] = {m: [] for m in modes}
     relevance_by_mode: dict[str, list[tuple[float, bool]]] = {}
+    overlap_by_mode: dict[str, list[tuple[float, bool]]] = {}
     by_corpus: dict[str, list[Case]] = {}
     for case in cases:
         by_corpus.setdefault(case.corpus, []).append(case)
@@ -397,7 +403,14 @@ def run_eval(
                     "files": ranked[:keep_files],
                     "recall@5": recall_at(ranked, case.gold, 5),
                     "rr": reciprocal_rank(ranked, case.gold),
+                    "own_frames": found.own_frames,
                 }
+                if candidates and not mode.endswith(RERANK_SUFFIX):
+                    overlap = lexical_overlap(query, candidates[0])
+                    row["modes"][mode]["overlap"] = round(overlap, 4)
+                    if not found.own_frames:
+                        held = recall_at(ranked, case.gold, shown) > 0
+                        overlap_by_mode.setdefault(mode, []).append((overlap, held))
                 best = candidates[0].rerank_score if candidates else None
                 if best is not None:
                     held = recall_at(ranked, case.gold, shown) > 0
@@ -409,6 +422,9 @@ def run_eval(
     for mode, points in relevance_by_mode.items():
         suggested = suggest_threshold(points)
         report.calibration[mode] = suggested.to_json() if suggested else None
+    for mode, points in overlap_by_mode.items():
+        suggested = suggest_threshold(points)
+        report.overlap_calibration[mode] = suggested.to_json() if suggested else None
     return report
 
 
@@ -465,5 +481,17 @@ def calibration_lines(report: EvalReport) -> list[str]:
             f"{mode}: TRACEHOUND_MIN_RELEVANCE={c['threshold']:.3f} flags "
             f"{c['misses_flagged']:.0%} of the {c['misses']} cases whose shown files miss the "
             f"fix and {c['hits_flagged']:.0%} of the {c['hits']} that hold it"
+        )
+    for mode, c in report.overlap_calibration.items():
+        if mode != "all" and "all" in report.overlap_calibration:
+            continue  # the pipeline runs "all"; other modes are in the JSON report
+        if c is None:
+            lines.append(f"{mode}: no TRACEHOUND_MIN_OVERLAP suggested (too few kinds of case)")
+            continue
+        lines.append(
+            f"{mode}: TRACEHOUND_MIN_OVERLAP={c['threshold']:.3f} flags "
+            f"{c['misses_flagged']:.0%} of the {c['misses']} cases without an in-repo frame "
+            f"whose shown files miss the fix and {c['hits_flagged']:.0%} of the {c['hits']} "
+            "that hold it"
         )
     return lines

@@ -87,6 +87,7 @@ class DeliveryPolicy:
     update_interval_s: float = 60.0
     repo_url_template: str | None = None
     min_relevance: float = 0.0
+    language: str = "en"  # of the message's fixed strings (shared/notify/phrases.py)
     claim_ttl_s: int = 90  # a crashed run's claim frees the window after this
 
 
@@ -151,6 +152,16 @@ def occurrences_of(state: GroupState | None) -> Occurrences | None:
     if state is None:
         return None
     return Occurrences(state.window_count, state.first_seen, state.last_seen)
+
+
+def message_options(c: Courier, inv: Investigation, state: GroupState | None) -> MessageOptions:
+    return MessageOptions(
+        repo_url_template=c.policy.repo_url_template,
+        min_relevance=c.policy.min_relevance,
+        occurrences=occurrences_of(state),
+        trace_in_thread=c.notifier.destination == "slack" and bool(inv.event.stacktrace.strip()),
+        language=c.policy.language,
+    )
 
 
 def reply_due(state: GroupState, now_ms: int, interval_s: float) -> bool:
@@ -230,12 +241,7 @@ def deliver(inv: Investigation, c: Courier) -> Notification:
     group = inv.group
     state = c.groups.state(group.fingerprint) if group else None
     in_thread_of = thread_target(group, state, p.thread_only)
-    options = MessageOptions(
-        repo_url_template=p.repo_url_template,
-        min_relevance=p.min_relevance,
-        occurrences=occurrences_of(state),
-        trace_in_thread=c.notifier.destination == "slack" and bool(inv.event.stacktrace.strip()),
-    )
+    options = message_options(c, inv, state)
     text, blocks = build_message(inv, options)
     delivery = None
     if isinstance(claimed, Posting):
@@ -275,13 +281,7 @@ def _revise(inv: Investigation, c: Courier) -> Notification:
         return Notification.model_validate(claimed)
     group = inv.group
     state = c.groups.state(group.fingerprint) if group else None
-    options = MessageOptions(
-        repo_url_template=c.policy.repo_url_template,
-        min_relevance=c.policy.min_relevance,
-        occurrences=occurrences_of(state),
-        trace_in_thread=c.notifier.destination == "slack" and bool(inv.event.stacktrace.strip()),
-    )
-    text, blocks = build_message(inv, options)
+    text, blocks = build_message(inv, message_options(c, inv, state))
     posted = inv.revises
     try:
         take_slot(c.r, c.policy.channel, c.policy.pace_s)
@@ -325,7 +325,7 @@ def _record(
     the result under the claim, which answers every later run."""
     group = inv.group
     if trace and delivery.ts and delivery.destination == "slack":
-        c.reply_later(delivery.ts, trace_reply(inv), f"{delivery.ts}:trace")
+        c.reply_later(delivery.ts, trace_reply(inv, c.policy.language), f"{delivery.ts}:trace")
     if group and delivery.ts and in_thread_of is None:
         c.groups.set_message(
             group.fingerprint, group.window_start, delivery.channel, delivery.ts, text, blocks
@@ -375,7 +375,7 @@ def update_counts(fingerprint: str, c: Courier) -> int | None:
         raise MessageNotOut(fingerprint)
     occ = occurrences_of(state)
     assert occ is not None
-    blocks = with_occurrences(message["blocks"], occ)
+    blocks = with_occurrences(message["blocks"], occ, c.policy.language)
     channel = state.msg_channel or c.policy.channel
     take_slot(c.r, c.policy.channel, c.policy.pace_s)
     try:

@@ -8,6 +8,7 @@ from typing import Any
 
 from shared.core.domain import Analysis, Investigation
 from shared.models.reranker import relevance
+from shared.notify.phrases import phrase
 
 SECTION_MAX = 3000  # Slack's limit for a section's text
 MAX_BLOCKS = 50
@@ -63,6 +64,7 @@ class MessageOptions:
     min_relevance: float = 0.0  # below this best rerank score the files are weak matches
     occurrences: Occurrences | None = None
     trace_in_thread: bool = False  # the trace goes to a thread reply, not the main body
+    language: str = "en"  # of the fixed strings (shared/notify/phrases.py)
 
 
 WEAK_CONFIDENCE_CAP = 0.30  # what a hypothesis may claim when the evidence is weak
@@ -75,8 +77,10 @@ def shown_confidence(confidence: float, weak: bool) -> float:
 
 
 def is_weak(inv: Investigation, min_relevance: float) -> bool:
-    """No code, or the best reranked file scores below the threshold: not worth presenting
-    as the cause."""
+    """Retrieval's judgement (shared/retrieve/evidence.py); for an investigation from before
+    it judged: no code, or the best reranked file below the threshold."""
+    if inv.evidence is not None:
+        return inv.evidence.weak
     if not inv.candidates:
         return True
     best = inv.candidates[0].rerank_score
@@ -111,13 +115,12 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def occurrences_block(occ: Occurrences) -> dict[str, Any]:
+def occurrences_block(occ: Occurrences, language: str = "en") -> dict[str, Any]:
     """The block a repeat rewrites with chat.update (found again by its block_id)."""
-    times = "time" if occ.count == 1 else "times"
-    text = (
-        f"*{occ.count:,}* {times} · first seen {_when(occ.first_seen_ms)} · "
-        f"last seen {_when(occ.last_seen_ms)}"
-    )
+    count = phrase(language, "once" if occ.count == 1 else "times", count=f"*{occ.count:,}*")
+    first = phrase(language, "first_seen", when=_when(occ.first_seen_ms))
+    last = phrase(language, "last_seen", when=_when(occ.last_seen_ms))
+    text = f"{count} · {first} · {last}"
     return {
         "type": "context",
         "block_id": "th-occurrences",
@@ -125,17 +128,20 @@ def occurrences_block(occ: Occurrences) -> dict[str, Any]:
     }
 
 
-def with_occurrences(blocks: list[dict[str, Any]], occ: Occurrences) -> list[dict[str, Any]]:
-    new = occurrences_block(occ)
+def with_occurrences(
+    blocks: list[dict[str, Any]], occ: Occurrences, language: str = "en"
+) -> list[dict[str, Any]]:
+    new = occurrences_block(occ, language)
     replaced = [new if b.get("block_id") == "th-occurrences" else b for b in blocks]
     return replaced if new in replaced else [*blocks, new][:MAX_BLOCKS]
 
 
-def trace_reply(inv: Investigation) -> str:
+def trace_reply(inv: Investigation, language: str = "en") -> str:
     """The trimmed stack trace as a thread reply (mrkdwn, escaped)."""
     lines = [ln for ln in inv.event.stacktrace.splitlines() if ln.strip()]
     return _clip(
-        f"Stack trace (last {TRACE_LINES * 3} lines):\n"
+        phrase(language, "trace", n=TRACE_LINES * 3)
+        + ":\n"
         + _code("\n".join(lines[-TRACE_LINES * 3 :])),
         SECTION_MAX,
     )
@@ -159,17 +165,22 @@ def build_message(
     opts = options or MessageOptions()
     ev, a = inv.event, inv.analysis
     weak = is_weak(inv, opts.min_relevance)
+
+    def say(key: str, **fields: object) -> str:
+        return phrase(opts.language, key, **fields)
+
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _clip(_title(inv), 150)}},
     ]
     if ev.message:
         # In a code block: text from logs renders literally (*bold*, _italic_, ~strike~ too).
-        blocks.append(_section(f"*Error:*\n{_code(_clip(ev.message, 500))}"))
+        blocks.append(_section(f"*{say('error')}:*\n{_code(_clip(ev.message, 500))}"))
     if a is not None:
-        blocks.append(_section(f"*Summary:* {escape(a.summary)}"))
+        blocks.append(_section(f"*{say('summary')}:* {escape(a.summary)}"))
         if a.hypotheses:
             hyp = "\n".join(
-                f"{i}. {escape(h.cause)} _(confidence {shown_confidence(h.confidence, weak):.0%})_"
+                f"{i}. {escape(h.cause)} "
+                f"_({say('confidence')} {shown_confidence(h.confidence, weak):.0%})_"
                 + (
                     f" — {', '.join('`' + escape(e) + '`' for e in h.evidence[:3])}"
                     if h.evidence
@@ -177,39 +188,31 @@ def build_message(
                 )
                 for i, h in enumerate(a.hypotheses[:3], start=1)
             )
-            heading = "Possible leads (weak evidence)" if weak else "Probable causes"
-            blocks.append(_section(f"*{heading}:*\n{hyp}"))
+            blocks.append(_section(f"*{say('leads' if weak else 'causes')}:*\n{hyp}"))
         if a.suggested_fix:
-            blocks.append(_section(f"*Suggested fix:* {escape(a.suggested_fix)}"))
+            blocks.append(_section(f"*{say('fix')}:* {escape(a.suggested_fix)}"))
     files = _files_text(inv, opts.repo_url_template)
     if not files:
-        blocks.append(_section("*Relevant files:* no relevant code was found in the index."))
+        blocks.append(_section(f"*{say('files')}:* {say('no_code')}"))
     elif weak:
-        blocks.append(
-            _section(
-                "*No strongly relevant code was found.* The closest files, "
-                f"weak matches and not a diagnosis:\n{files}"
-            )
-        )
+        blocks.append(_section(f"*{say('weak_files')}* {say('weak_files_more')}\n{files}"))
     else:
-        blocks.append(_section(f"*Relevant files:*\n{files}"))
+        blocks.append(_section(f"*{say('files')}:*\n{files}"))
     trace = "" if opts.trace_in_thread else _trace_tail(inv)
     if trace:
         blocks.append({"type": "divider"})
         blocks.append(
-            _section(
-                f"*Stack trace (last {TRACE_LINES} lines):*\n"
-                f"{_code(_clip(trace, SECTION_MAX - 100))}"
-            )
+            _section(f"*{say('trace', n=TRACE_LINES)}:*\n{_code(_clip(trace, SECTION_MAX - 100))}")
         )
     footnotes = list(inv.notes)
     if a is not None and a.degraded:
-        footnotes.append(f"analysis: degraded ({a.degraded_reason})")
-    context = [f"event `{escape(ev.id[:12])}`", f"repo `{escape(ev.repo)}`"]
+        footnotes.append(say("degraded", reason=a.degraded_reason))
+    context = [f"{say('event')} `{escape(ev.id[:12])}`", f"{say('repo')} `{escape(ev.repo)}`"]
     if built := release(inv):
-        context.append(f"release `{escape(built)}`")
+        context.append(f"{say('release')} `{escape(built)}`")
     if a is not None and not a.degraded:
-        context.append(f"confidence {shown_confidence(a.confidence, weak):.0%} · {escape(a.model)}")
+        shown = shown_confidence(a.confidence, weak)
+        context.append(f"{say('confidence')} {shown:.0%} · {escape(a.model)}")
     blocks.append(
         {
             "type": "context",
@@ -227,36 +230,41 @@ def build_message(
             }
         )
     if opts.occurrences is not None:
-        blocks.append(occurrences_block(opts.occurrences))
-    text = _fallback_text(inv, weak)
+        blocks.append(occurrences_block(opts.occurrences, opts.language))
+    text = _fallback_text(inv, weak, opts.language)
     return text, blocks[:MAX_BLOCKS]
 
 
-def _fallback_text(inv: Investigation, weak: bool) -> str:
+def _fallback_text(inv: Investigation, weak: bool, language: str = "en") -> str:
     """Plain text for notifications and clients that do not render blocks (also escaped)."""
     ev, a = inv.event, inv.analysis
+
+    def say(key: str, **fields: object) -> str:
+        return phrase(language, key, **fields)
+
     parts = [f"[tracehound] {_title(inv)}"]
     if built := release(inv):
-        parts.append(f"Release: {built}")
+        parts.append(f"{say('release').capitalize()}: {built}")
     if ev.message:
-        parts.append(f"Error: {_clip(ev.message, 300)}")
+        parts.append(f"{say('error')}: {_clip(ev.message, 300)}")
     if a is not None:
-        parts.append(f"Summary: {a.summary}")
+        parts.append(f"{say('summary')}: {a.summary}")
         for i, h in enumerate(a.hypotheses[:3], start=1):
             ev_text = f" [{', '.join(h.evidence[:3])}]" if h.evidence else ""
-            lead = "Possible lead" if weak else "Cause"
             shown = shown_confidence(h.confidence, weak)
-            parts.append(f"{lead} {i} ({shown:.0%}): {h.cause}{ev_text}")
+            parts.append(
+                f"{say('lead' if weak else 'cause')} {i} ({shown:.0%}): {h.cause}{ev_text}"
+            )
         if a.suggested_fix:
-            parts.append(f"Fix: {a.suggested_fix}")
+            parts.append(f"{say('fix_short')}: {a.suggested_fix}")
         if a.degraded:
-            parts.append(f"Note: analysis degraded ({a.degraded_reason})")
+            parts.append(f"{say('note')}: {say('degraded_short', reason=a.degraded_reason)}")
     files = top_files(inv)
     if not files:
-        parts.append("Files: no relevant code found")
+        parts.append(f"{say('files_short')}: {say('no_code_short')}")
     elif weak:
-        parts.append("No strongly relevant code was found; closest: " + ", ".join(files[:8]))
+        parts.append(f"{say('weak_files_short')} " + ", ".join(files[:8]))
     else:
-        parts.append("Files: " + ", ".join(files[:8]))
-    parts.extend(f"Note: {n}" for n in inv.notes)
+        parts.append(f"{say('files_short')}: " + ", ".join(files[:8]))
+    parts.extend(f"{say('note')}: {n}" for n in inv.notes)
     return escape(_clip("\n".join(parts), 3900))

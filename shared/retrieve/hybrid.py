@@ -78,6 +78,7 @@ class SymbolLocator(Protocol):
 class Retrieved:
     candidates: list[Candidate]
     notes: list[str] = field(default_factory=list)
+    own_frames: int = 0  # chunks at frames of the trace in the repo's own (not vendored) code
 
 
 Run = Callable[[str, str, Callable[[], Any]], Any]
@@ -91,16 +92,19 @@ def _located(
     signals: Collection[str],
     frame_weight: float,
     run: Run,
-) -> list[tuple[list[ChunkHit], float]]:
+) -> tuple[list[tuple[list[ChunkHit], float]], int]:
     """Rankings found by location: the chunks at the trace's frames (the repo's own code, then
-    vendored copies at a lower weight) and the code defining names the text mentions."""
+    vendored copies at a lower weight) and the code defining names the text mentions; and how
+    many chunks the repo's own frames hit."""
     out: list[tuple[list[ChunkHit], float]] = []
+    own_frames = 0
     if "frames" in signals and frames is not None:
         ranked = run(
             "frames", "stack frames not used", lambda: frame_ranking(repo, frames, locator)
         )
         if ranked is not None:
             own, vendored = ranked
+            own_frames = len(own)
             out += [
                 (ranking, w)
                 for ranking, w in ((own, frame_weight), (vendored, frame_weight * VENDORED_WEIGHT))
@@ -112,7 +116,7 @@ def _located(
             hits = run("symbols", "named symbols not used", lambda: locator.defining(repo, names))
             if hits:
                 out.append((hits, SYMBOL_WEIGHT))
-    return out
+    return out, own_frames
 
 
 def hybrid_retrieve(
@@ -145,6 +149,7 @@ def hybrid_retrieve(
     """
     rankings: list[tuple[list[ChunkHit], float]] = []
     notes: list[str] = []
+    own_frames = 0
 
     def run(signal: str, failed: str, fn: Callable[[], T]) -> T | None:
         """One retriever; a failure it cannot wait out is noted and the others go on."""
@@ -161,7 +166,10 @@ def hybrid_retrieve(
         locator = keywords
     if locator is not None:
         found_frames = parse_frames(text) if frames is None and "frames" in signals else frames
-        rankings += _located(repo, text, found_frames, locator, signals, frame_weight, run)
+        located, own_frames = _located(
+            repo, text, found_frames, locator, signals, frame_weight, run
+        )
+        rankings += located
     if vector is not None and "vector" in signals:
         hits = run("vector", "vector search failed", lambda: vectors.query(repo, vector, depth))
         if hits is not None:
@@ -176,4 +184,4 @@ def hybrid_retrieve(
     fused = reciprocal_rank_fusion(
         [r for r, _ in rankings], k=rrf_k, weights=[w for _, w in rankings]
     )
-    return Retrieved(group_by_file(fused, weight=prior), notes)
+    return Retrieved(group_by_file(fused, weight=prior), notes, own_frames)

@@ -15,7 +15,17 @@ import redis
 
 from shared.analyze.cache import AnalysisCache
 from shared.analyze.stage import REUSED_NOTE, analyze_investigation
-from shared.core.domain import Candidate, ChunkHit, ErrorEvent, GroupRef, Investigation
+from shared.core.domain import (
+    Analysis,
+    Candidate,
+    ChunkHit,
+    ErrorEvent,
+    Evidence,
+    FileRef,
+    GroupRef,
+    Hypothesis,
+    Investigation,
+)
 from shared.core.errors import TransientError
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.intake.groups import GroupStore
@@ -312,3 +322,37 @@ def test_a_transient_llm_failure_is_raised_while_retries_remain_then_degrades_un
         with_code("x"), chat=chat, redact=str, cache=cache, may_retry=True
     )
     assert fresh.analysis is not None and not fresh.analysis.degraded
+
+
+def test_a_korean_team_reads_the_message_in_korean_with_code_left_as_it_is(
+    fresh_redis: redis.Redis, slack: SlackSimulator, tmp_path: Path
+) -> None:
+    yard = Courtyard(fresh_redis, slack, tmp_path, language="ko")
+    inv = yard.investigation()
+    korean = Analysis(
+        summary="가격 계산에서 수량이 0인 줄이 나눗셈에 들어갑니다.",
+        hypotheses=[
+            Hypothesis(
+                cause="쿠폰 할인 배분에서 quantity가 0인 줄을 건너뛰지 않습니다",
+                confidence=0.7,
+                evidence=["shopapp/services/pricing.py:80-95"],
+            )
+        ],
+        suggested_fix="allocate_discount에서 quantity == 0인 줄을 건너뛰세요.",
+        relevant_files=[FileRef(path="shopapp/services/pricing.py", start_line=80, end_line=95)],
+        confidence=0.7,
+        model="qwen2.5-coder:7b",
+    )
+    strong = Evidence(own_frames=2, overlap=0.6)  # the trace ran through the cited file
+    deliver(inv.model_copy(update={"analysis": korean, "evidence": strong}), yard.courier)
+    [message] = top_level(slack)
+    shown = json.dumps(message["blocks"], ensure_ascii=False)
+    # The fixed strings come from the Korean table; the model's prose is kept as written, and
+    # paths, identifiers and the error stay untouched.
+    for heading in ("*요약:*", "*추정 원인:*", "*제안하는 수정:*", "*관련 파일:*", "신뢰도 70%"):
+        assert heading in shown, heading
+    for english in ("Summary", "Probable causes", "Suggested fix", "Relevant files"):
+        assert english not in shown, english
+    assert "shopapp/services/pricing.py:80-95" in shown and "quantity == 0" in shown
+    assert 'KeyError: \\"sku\\"' in shown
+    assert "요약:" in message["text"] and "가격 계산에서" in message["text"]

@@ -382,3 +382,49 @@ def test_a_trace_from_a_service_that_is_not_indexed_reads_as_weak_evidence(
     assert "Possible leads (weak evidence)" in shown and "Probable causes" not in shown
     percents = [int(p) for p in re.findall(r"(\d+)%", shown)]
     assert percents and all(p < 50 for p in percents), percents
+
+
+FOREIGN_TRACE = """\
+2026-12-01 10:00:00,000 ERROR [celery.worker] consumer: cannot connect to the broker
+Traceback (most recent call last):
+  File "/opt/venv/lib/python3.12/site-packages/kombu/connection.py", line 447, in _reraise_as_errors
+    yield
+  File "/opt/venv/lib/python3.12/site-packages/kombu/connection.py", line 434, in _ensure_connection
+    return retry_over_time(
+kombu.exceptions.OperationalError: [Errno 111] Connection refused: amqp://guest@rabbitmq:5672/vhost
+"""
+
+
+def test_without_a_reranker_a_trace_that_never_ran_through_the_repo_reads_as_weak_evidence(
+    indexed: None,
+    run: Callable[..., dict],
+    slack_sim: SlackSimulator,
+    ollama_sim: OllamaSimulator,
+    rerank_sim: OllamaSimulator,
+) -> None:
+    """The rerank server is down (as if none were configured): a trace whose frames are all in
+    a library and whose words the indexed code does not hold is weak evidence — the model is
+    told, the message says possible leads; the sample trace, through the repo's own code,
+    is not."""
+    marker = uuid.uuid4().hex[:8]
+    rerank_sim.fail("/v1/rerank", 503, times=-1)
+    try:
+        weak = run(FOREIGN_TRACE.replace("vhost", f"vhost{marker}"))
+        strong = run(TRACE)
+    finally:
+        rerank_sim.reset_faults()
+    [prompt] = [
+        json.dumps(r["body"]["messages"])
+        for r in ollama_sim.requests_to("/api/chat")
+        if marker in json.dumps(r["body"])
+    ]
+    assert "Evidence is weak: no frame of the trace is in the indexed code" in prompt
+    [message] = posted_for(slack_sim, weak["event_id"])
+    shown = json.dumps(message["blocks"], ensure_ascii=False)
+    assert "No strongly relevant code was found" in shown
+    assert "Probable causes" not in shown
+    percents = [int(p) for p in re.findall(r"(\d+)%", shown)]
+    assert all(p <= 30 for p in percents), percents
+    [message] = posted_for(slack_sim, strong["event_id"])
+    shown = json.dumps(message["blocks"], ensure_ascii=False)
+    assert "No strongly relevant code was found" not in shown and BUGGY in shown

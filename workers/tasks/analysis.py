@@ -20,12 +20,14 @@ from shared.core.domain import (
     EMBED_FAILED,
     NO_RERANK_BACKEND,
     RERANK_UNAVAILABLE,
+    Evidence,
     Investigation,
 )
 from shared.core.errors import PermanentError, TracehoundError, TransientError
 from shared.core.pipeline import notify_step
 from shared.models.reranker import rerank_candidates
 from shared.notify.delivery import ClaimHeld, Paced, deliver
+from shared.retrieve.evidence import judge
 from shared.retrieve.hybrid import hybrid_retrieve
 from shared.retrieve.query import build_query, event_frames
 from workers import context, metrics
@@ -97,6 +99,7 @@ def retrieve(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         update={
             # Secrets in the code stay here: the reranker, the LLM and Slack get it redacted.
             "candidates": ctx.redactor.redact_candidates(found.candidates),
+            "evidence": Evidence(own_frames=found.own_frames),
             "query_vector": None,
             "notes": [*inv.notes, *found.notes],
         }
@@ -128,7 +131,21 @@ def rerank(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             metrics.fallback("rerank")
     if reason:
         inv = inv.noted(f"{RERANK_UNAVAILABLE} ({reason})")
-    return inv.model_copy(update={"candidates": candidates}).model_dump(mode="json")
+    # Judged on what will be shown, in the order it will be shown.
+    evidence = judge(
+        inv.query,
+        candidates,
+        own_frames=inv.evidence.own_frames if inv.evidence else 0,
+        min_relevance=ctx.settings.min_relevance,
+        min_overlap=ctx.settings.min_overlap,
+    )
+    if evidence.weak:
+        log.info(
+            "rerank.weak_evidence", extra={"event_id": inv.event.id, "reason": evidence.reason}
+        )
+    return inv.model_copy(update={"candidates": candidates, "evidence": evidence}).model_dump(
+        mode="json"
+    )
 
 
 @app.task(**task_options(q.ANALYZE))
@@ -143,6 +160,7 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             redact=ctx.redactor.redact,
             cache=ctx.analysis_cache,
             may_retry=attempts_left(self),
+            language=ctx.settings.language,
         )
     except TransientError as exc:
         raise retry(self, exc) from exc

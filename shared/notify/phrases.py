@@ -1,0 +1,79 @@
+"""The fixed strings of a message, per ``TRACEHOUND_LANGUAGE``: the team reads its own language.
+
+The model writes the analysis' prose in that language (shared/analyze/llm.py tells it); these
+are the headings and labels around it. A language without a table here gets English labels.
+Placeholders are ``str.format`` fields.
+"""
+
+from __future__ import annotations
+
+PHRASES: dict[str, dict[str, str]] = {
+    "en": {
+        "error": "Error",
+        "summary": "Summary",
+        "causes": "Probable causes",
+        "leads": "Possible leads (weak evidence)",
+        "cause": "Cause",
+        "lead": "Possible lead",
+        "confidence": "confidence",
+        "fix": "Suggested fix",
+        "fix_short": "Fix",
+        "files": "Relevant files",
+        "files_short": "Files",
+        "no_code": "no relevant code was found in the index.",
+        "no_code_short": "no relevant code found",
+        "weak_files": "No strongly relevant code was found.",
+        "weak_files_more": "The closest files, weak matches and not a diagnosis:",
+        "weak_files_short": "No strongly relevant code was found; closest:",
+        "trace": "Stack trace (last {n} lines)",
+        "degraded": "analysis: degraded ({reason})",
+        "degraded_short": "analysis degraded ({reason})",
+        "note": "Note",
+        "event": "event",
+        "repo": "repo",
+        "release": "release",
+        "times": "{count} times",
+        "once": "{count} time",
+        "first_seen": "first seen {when}",
+        "last_seen": "last seen {when}",
+    },
+    "ko": {
+        "error": "오류",
+        "summary": "요약",
+        "causes": "추정 원인",
+        "leads": "가능한 단서 (근거 약함)",
+        "cause": "원인",
+        "lead": "가능한 단서",
+        "confidence": "신뢰도",
+        "fix": "제안하는 수정",
+        "fix_short": "수정",
+        "files": "관련 파일",
+        "files_short": "파일",
+        "no_code": "인덱스에서 관련 코드를 찾지 못했습니다.",
+        "no_code_short": "관련 코드 없음",
+        "weak_files": "뚜렷하게 관련된 코드를 찾지 못했습니다.",
+        "weak_files_more": "가장 가까운 파일이며, 약한 일치일 뿐 진단이 아닙니다:",
+        "weak_files_short": "뚜렷하게 관련된 코드 없음; 가장 가까운 파일:",
+        "trace": "스택 트레이스 (마지막 {n}줄)",
+        "degraded": "분석: 제한됨 ({reason})",
+        "degraded_short": "분석 제한됨 ({reason})",
+        "note": "참고",
+        "event": "이벤트",
+        "repo": "저장소",
+        "release": "릴리스",
+        "times": "{count}회",
+        "once": "{count}회",
+        "first_seen": "최초 {when}",
+        "last_seen": "최근 {when}",
+    },
+}
+
+
+def phrase(language: str, key: str, **fields: object) -> str:
+    """The string ``key`` in ``language`` (its base: ``ko-KR`` reads ``ko``), else English."""
+    table = PHRASES.get(language) or PHRASES.get(language.split("-", 1)[0]) or PHRASES["en"]
+    text = table.get(key) or PHRASES["en"][key]
+    return text.format(**fields) if fields else text
+
+
+__all__ = ["PHRASES", "phrase"]
