@@ -205,7 +205,12 @@ def worker(
         )
         raise typer.Exit(2)
     c = 1 if model else (concurrency or os.cpu_count() or 1)
-    load_settings()  # fail here, readably, rather than inside Celery
+    settings = load_settings()  # fail here, readably, rather than inside Celery
+    state, running = stackfile.live_state(settings.data_dir)
+    if running and state is not None:
+        # Celery builds its Settings from the environment: hand it the stack's.
+        for key, value in stackfile.settings_overrides(state, os.environ).items():
+            os.environ[f"{stackfile.ENV_PREFIX}{key.upper()}"] = value
     argv = [
         sys.executable,
         "-m",

@@ -132,9 +132,10 @@ def settings_overrides(state: StackState, environ: Mapping[str, str]) -> dict[st
     return {k: v for k, v in state.settings.items() if f"{ENV_PREFIX}{k.upper()}" not in environ}
 
 
-def _ours(child: ChildState) -> bool:
-    """Whether ``child.pid`` is still the process the supervisor started: a session leader (all
-    its children are) running the same program; pids are reused."""
+def still_ours(child: ChildState) -> bool:
+    """Whether ``child.pid`` is still the process the supervisor started (pids are reused): a
+    session leader, as all its children are, running the same program (its first or second
+    word: a script runs under its interpreter, and redis-server rewrites its command line)."""
     if child.pid is None:
         return False
     try:
@@ -144,10 +145,11 @@ def _ours(child: ChildState) -> bool:
         return False
     if sys.platform.startswith("linux"):
         try:
-            argv0 = (Path("/proc") / str(child.pid) / "cmdline").read_bytes().split(b"\0")[0]
+            cmdline = (Path("/proc") / str(child.pid) / "cmdline").read_bytes()
         except OSError:
             return False
-        return os.fsdecode(argv0) == child.argv0
+        words = cmdline.replace(b"\0", b" ").split()[:2]
+        return Path(child.argv0).name in {Path(os.fsdecode(w)).name for w in words}
     return True
 
 
@@ -155,7 +157,7 @@ def reap_orphans(state: StackState, timeout: float = 10.0) -> list[str]:
     """Stop what a dead supervisor left running (each child's whole process group); the
     names of those stopped. A child that outlived a SIGKILLed supervisor would otherwise keep
     Redis's append-only file, Chroma's directory and the ports."""
-    left = [c for c in state.children if _ours(c)]
+    left = [c for c in state.children if still_ours(c)]
     for child in left:
         assert child.pid is not None
         with contextlib.suppress(ProcessLookupError):

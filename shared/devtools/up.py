@@ -167,8 +167,10 @@ def _supervise(opts: UpOptions, err: Console) -> int:
 
     sup.on_change = publish
     publish()
-    # SIGTERM (``tracehound down``) stops the stack as Ctrl-C does.
+    # SIGTERM (``tracehound down``) stops the stack as Ctrl-C does (even if a shell started
+    # this in the background with SIGINT ignored).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     code = 0
     try:
         env = {"TRACEHOUND_DATA_DIR": str(data_dir)}

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from shared.devtools import stackfile
-from shared.devtools.localstack import ChildSpec, free_port, spawn, wait_until
+from shared.devtools.localstack import ChildSpec, Proc, free_port, spawn, wait_until
 from shared.devtools.supervisor import Supervisor, restart_delay
 from shared.devtools.up import child_state_text
 from shared.index.vectors import collection_name
@@ -103,11 +103,13 @@ def up(home: Path, port: int) -> subprocess.CompletedProcess[str]:
     return th(["up", "--detach", "--simulate", "--ingest-port", str(port)], home)
 
 
+@pytest.mark.timeout(900)  # three starts of the stack on a loaded machine
 def test_up_serves_restarts_a_killed_worker_and_keeps_index_and_groups_across_down_and_up(
     home: Path,
 ) -> None:
     data_dir = home / ".tracehound"
     port = free_port()
+    extra: Proc | None = None
     started = up(home, port)
     try:
         assert started.returncode == 0, started.stderr + started.stdout
@@ -123,6 +125,14 @@ def test_up_serves_restarts_a_killed_worker_and_keeps_index_and_groups_across_do
         again = th(["up", "--detach", "--ingest-port", str(free_port())], home)
         assert again.returncode == 1 and "already running" in said(again.stderr)
 
+        # A worker started by hand joins the stack the same way (Celery reads only variables).
+        extra = spawn(
+            "extra-worker",
+            [sys.executable, "-m", "producers.cli", "worker", "-Q", "notify", "-n", "extra@%h"],
+            home / "logs",
+            env=clean_env(),
+            cwd=home,
+        )
         indexed = th(["index", str(SAMPLE_SERVICE), "--repo", REPO], home)
         assert indexed.returncode == 0, indexed.stderr
         first = post_error(ingest, "shop-api")
@@ -148,17 +158,25 @@ def test_up_serves_restarts_a_killed_worker_and_keeps_index_and_groups_across_do
         wait_until(lambda: delivered(slack, "billing"), 180, "an analysis after the restart")
         assert "up.child_restarted child=worker-llm" in (data_dir / "logs/up.log").read_text()
 
-        status = th(["status"], home)
-        assert status.returncode == 0, status.stderr
-        assert "SIMULATED" in status.stdout and "worker-llm" in status.stdout
-        assert "llm@" in status.stdout  # the restarted worker consumes its queue again
+        def status_shows(*texts: str) -> bool:
+            status = th(["status"], home)
+            assert status.returncode == 0, status.stderr
+            return all(t in status.stdout for t in texts)
+
+        # The restarted worker consumes its queue again; the hand-started one is there too.
+        wait_until(lambda: status_shows("SIMULATED", "worker-llm", "llm@", "extra@"), 90, "status")
+        extra.stop()
 
         chroma_url = state.settings["chroma_url"]
         vectors = chroma_count(chroma_url)
         assert vectors > 0
-        pids = [c.pid for c in state.children if c.pid]
+        latest = stackfile.read_state(data_dir)
+        assert latest is not None
+        pids = [c.pid for c in latest.children if c.pid]
     finally:
         stopped = th(["down"], home)
+        if extra is not None:
+            extra.stop()
     assert stopped.returncode == 0, stopped.stderr
     assert not stackfile.supervisor_alive(data_dir)
     assert not (data_dir / "stack.json").exists()
@@ -174,6 +192,8 @@ def test_up_serves_restarts_a_killed_worker_and_keeps_index_and_groups_across_do
         assert chroma_count(state.settings["chroma_url"]) == vectors
         repeat = post_error(state.ingest_url, "shop-api")
         assert not repeat["new"] and not repeat["duplicate"] and repeat["count"] == 2
+        # Were they left behind, down and the next up would know them for the stack's own.
+        assert all(stackfile.still_ours(c) for c in state.children)
         # The supervisor killed -9: its children are not left behind (they die with it).
         children = [c.pid for c in state.children if c.pid]
         os.kill(state.supervisor_pid, signal.SIGKILL)
