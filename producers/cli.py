@@ -92,7 +92,14 @@ def up(
 
     # The supervisor's events (a child exited, restarted) are what its log is for.
     logs.configure(os.environ.get("TRACEHOUND_LOG_LEVEL", "INFO"))
-    opts = UpOptions(load_settings(data_dir).data_dir.resolve(), ingest_port, simulate)
+    settings = load_settings(data_dir)
+    opts = UpOptions(
+        settings.data_dir.resolve(),
+        ingest_port,
+        simulate,
+        ollama_url=settings.ollama_url,
+        models=(settings.embed_model, settings.llm_model),
+    )
     if not detach:
         raise typer.Exit(run_up(opts, err=err))
     argv = [sys.executable, "-m", "producers.cli", "up", "--data-dir", str(opts.data_dir)]

@@ -26,6 +26,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from shared.devtools import stackfile
+from shared.devtools.demo import has_model, ollama_models
 from shared.devtools.localstack import (
     WORKER_GROUPS,
     chroma_executable,
@@ -56,6 +57,8 @@ class UpOptions:
     data_dir: Path  # absolute
     ingest_port: int
     simulate: bool
+    ollama_url: str = ""  # the configured one, checked (not used with --simulate)
+    models: tuple[str, ...] = ()  # what it must have pulled
 
 
 def check_data_dir(data_dir: Path) -> str | None:
@@ -116,6 +119,24 @@ def simulate_notice(ollama_url: str, slack_url: str) -> Panel:
     )
 
 
+def ollama_warning(opts: UpOptions, err: Console) -> None:
+    """Say when the configured Ollama does not answer or lacks a model: the stack still starts
+    (analyses say they degraded, and run again once it answers), but the user should know."""
+    models = ollama_models(opts.ollama_url)
+    if models is None:
+        problem = f"no Ollama answers at {opts.ollama_url}"
+    else:
+        missing = [m for m in opts.models if not has_model(models, m)]
+        if not missing:
+            return
+        problem = f"the Ollama at {opts.ollama_url} lacks " + ", ".join(missing)
+    err.print(
+        f"[yellow]warning:[/yellow] {problem}: analyses will be degraded until it does "
+        "(set TRACEHOUND_OLLAMA_URL, or try everything with --simulate)",
+        highlight=False,
+    )
+
+
 def run_up(opts: UpOptions, *, err: Console) -> int:
     """Supervise the stack in this process until SIGINT/SIGTERM; the exit code."""
     data_dir = opts.data_dir
@@ -133,6 +154,8 @@ def run_up(opts: UpOptions, *, err: Console) -> int:
         if problem:
             err.print(f"[red]error:[/red] {problem}", highlight=False)
             return 2
+        if not opts.simulate:
+            ollama_warning(opts, err)
         stale = stackfile.read_state(data_dir)
         if stale is not None:
             # Its supervisor died without stopping them (SIGKILL, or not on Linux where its
@@ -238,6 +261,8 @@ def run_detached(argv: Sequence[str], opts: UpOptions, *, err: Console) -> int:
     if problem:
         err.print(f"[red]error:[/red] {problem}", highlight=False)
         return 2
+    if not opts.simulate:
+        ollama_warning(opts, err)
     proc = spawn("up", argv, data_dir / "logs")
 
     def ready() -> bool:
