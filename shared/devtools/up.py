@@ -9,12 +9,13 @@ DATA_DIR/logs/NAME.log.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -137,25 +138,37 @@ def ollama_warning(opts: UpOptions, err: Console) -> None:
     )
 
 
-def run_up(opts: UpOptions, *, err: Console) -> int:
-    """Supervise the stack in this process until SIGINT/SIGTERM; the exit code."""
-    data_dir = opts.data_dir
-    problem = check_data_dir(data_dir)
+def refused(opts: UpOptions, claim: Callable[[], bool], err: Console) -> int | None:
+    """The exit code when the stack cannot start (said on ``err``), else None. ``claim`` takes
+    or probes the data dir's lock: False when another supervisor holds it."""
+    problem = check_data_dir(opts.data_dir)
+    if problem is None and not claim():
+        err.print(f"[red]error:[/red] {already_running(opts.data_dir)}", highlight=False)
+        return 1
+    problem = problem or check_can_start(opts)
     if problem:
         err.print(f"[red]error:[/red] {problem}", highlight=False)
         return 2
-    try:
-        lock = stackfile.acquire_lock(data_dir)
-    except stackfile.StackRunning:
-        err.print(f"[red]error:[/red] {already_running(data_dir)}", highlight=False)
-        return 1
-    with lock:
-        problem = check_can_start(opts)
-        if problem:
-            err.print(f"[red]error:[/red] {problem}", highlight=False)
-            return 2
-        if not opts.simulate:
-            ollama_warning(opts, err)
+    if not opts.simulate:
+        ollama_warning(opts, err)
+    return None
+
+
+def run_up(opts: UpOptions, *, err: Console) -> int:
+    """Supervise the stack in this process until SIGINT/SIGTERM; the exit code."""
+    data_dir = opts.data_dir
+    with contextlib.ExitStack() as held:
+
+        def claim() -> bool:
+            try:
+                held.enter_context(stackfile.acquire_lock(data_dir))
+            except stackfile.StackRunning:
+                return False
+            return True
+
+        code = refused(opts, claim, err)
+        if code is not None:
+            return code
         stale = stackfile.read_state(data_dir)
         if stale is not None:
             # Its supervisor died without stopping them (SIGKILL, or not on Linux where its
@@ -250,19 +263,9 @@ def run_detached(argv: Sequence[str], opts: UpOptions, *, err: Console) -> int:
     """Start ``argv`` (this command without --detach) in the background and return once the
     stack is ready, or with its log's tail when it fails to start."""
     data_dir = opts.data_dir
-    problem = check_data_dir(data_dir)
-    if problem:
-        err.print(f"[red]error:[/red] {problem}", highlight=False)
-        return 2
-    if stackfile.supervisor_alive(data_dir):
-        err.print(f"[red]error:[/red] {already_running(data_dir)}", highlight=False)
-        return 1
-    problem = check_can_start(opts)
-    if problem:
-        err.print(f"[red]error:[/red] {problem}", highlight=False)
-        return 2
-    if not opts.simulate:
-        ollama_warning(opts, err)
+    code = refused(opts, lambda: not stackfile.supervisor_alive(data_dir), err)
+    if code is not None:
+        return code
     proc = spawn("up", argv, data_dir / "logs")
 
     def ready() -> bool:
