@@ -1,4 +1,5 @@
-"""The ``tracehound`` command: configure, run workers, index a repo, analyze an error, demo."""
+"""The ``tracehound`` command: run the stack (up/down), configure, run workers, index a repo,
+analyze an error, demo."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 import typer
 from pydantic import ValidationError
@@ -16,6 +17,7 @@ from rich.console import Console
 from shared.core import logs, queues
 from shared.core.errors import PermanentError
 from shared.core.settings import Settings
+from shared.devtools import stackfile
 
 cli = typer.Typer(
     add_completion=False,
@@ -26,9 +28,40 @@ err = Console(stderr=True)
 out = Console()
 
 
-def load_settings() -> Settings:
+DataDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-dir",
+        help="Where `tracehound up` keeps its stack (default: TRACEHOUND_DATA_DIR, .tracehound).",
+    ),
+]
+
+
+@cli.callback()
+def root(data_dir: DataDirOption = None) -> None:
+    """tracehound: production errors in, Slack analyses out."""
+    if data_dir is not None:
+        # The flag is the variable, for this command and what it starts (`worker` execs celery).
+        os.environ["TRACEHOUND_DATA_DIR"] = str(data_dir)
+
+
+def load_settings(data_dir: Path | None = None) -> Settings:
+    """TRACEHOUND_* variables, then the state file of a running ``tracehound up`` stack in the
+    data dir (its Redis, Chroma, simulators), then the defaults: an explicit variable wins."""
+    explicit: dict[str, Any] = {"data_dir": data_dir} if data_dir else {}
     try:
-        return Settings()
+        settings = Settings(**explicit)
+        state, running = stackfile.live_state(settings.data_dir)
+        if running:
+            assert state is not None
+            return Settings(**explicit | stackfile.settings_overrides(state, os.environ))
+        if state is not None:
+            err.print(
+                f"[yellow]note:[/yellow] {stackfile.state_path(settings.data_dir)} is from a "
+                f"stack that no longer runs (supervisor pid {state.supervisor_pid}); not used",
+                highlight=False,
+            )
+        return settings
     except ValidationError as exc:
         # include_input=False: the rejected values may be tokens.
         problems = "\n".join(
@@ -40,24 +73,87 @@ def load_settings() -> Settings:
 
 
 @cli.command()
+def up(
+    data_dir: DataDirOption = None,
+    ingest_port: Annotated[
+        int, typer.Option(min=1, max=65535, help="Port of the HTTP ingest endpoint.")
+    ] = 8080,
+    simulate: Annotated[
+        bool,
+        typer.Option("--simulate", help="Use the Ollama and Slack simulators, not the real ones."),
+    ] = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Run in the background; return once it is ready.")
+    ] = False,
+) -> None:
+    """Run the whole stack here, without Docker: Redis, Chroma, the workers and the ingest
+    endpoint under one supervisor that restarts what dies; Ctrl-C or `tracehound down` stops it."""
+    from shared.devtools.up import UpOptions, run_detached, run_up
+
+    # The supervisor's events (a child exited, restarted) are what its log is for.
+    logs.configure(os.environ.get("TRACEHOUND_LOG_LEVEL", "INFO"))
+    settings = load_settings(data_dir)
+    opts = UpOptions(
+        settings.data_dir.resolve(),
+        ingest_port,
+        simulate,
+        ollama_url=settings.ollama_url,
+        models=(settings.embed_model, settings.llm_model),
+    )
+    if not detach:
+        raise typer.Exit(run_up(opts, err=err))
+    argv = [sys.executable, "-m", "producers.cli", "up", "--data-dir", str(opts.data_dir)]
+    argv += ["--ingest-port", str(ingest_port), *(["--simulate"] if simulate else [])]
+    raise typer.Exit(run_detached(argv, opts, err=err))
+
+
+@cli.command()
+def down(data_dir: DataDirOption = None) -> None:
+    """Stop the stack `tracehound up` runs (workers finish their tasks first)."""
+    from shared.devtools.up import run_down
+
+    raise typer.Exit(run_down(load_settings(data_dir).data_dir.resolve(), err=err))
+
+
+@cli.command()
 def config() -> None:
     """Print the effective settings (secrets masked)."""
-    for key, value in load_settings().masked().items():
+    settings = load_settings()
+    state, running = stackfile.live_state(settings.data_dir)
+    if running and state is not None:
+        used = sorted(stackfile.settings_overrides(state, os.environ))
+        if used:
+            err.print(
+                f"# from {stackfile.state_path(settings.data_dir)}: {', '.join(used)}",
+                highlight=False,
+                markup=False,
+            )
+    for key, value in settings.masked().items():
         # Values are printed literally: "*.test.[jt]s" is a glob, not Rich markup.
         out.print(f"{key} = {json.dumps(value)}", highlight=False, markup=False, soft_wrap=True)
 
 
 @cli.command()
 def status() -> None:
-    """Queue depths and consumers; per model host: holder, loaded model, swaps, busy time."""
+    """Queue depths and consumers; per model host: holder, loaded model, swaps, busy time; the
+    processes of a `tracehound up` stack: pids, restarts, health."""
     import redis
     from rich.table import Table
 
     from shared.core.persistence import persistence_warning
     from shared.core.pipeline import sender_app
+    from shared.devtools.up import child_health, stack_table
     from shared.models.hosts import host_status, known_hosts
 
     settings = load_settings()
+    state, running = stackfile.live_state(settings.data_dir)
+    stack = state if running else None
+    if stack is not None:
+        redis_child = next((c for c in stack.children if c.name == "redis"), None)
+        if redis_child is not None and child_health(redis_child, set()) != "ok":
+            out.print(stack_table(stack, set()))
+            err.print(f"[red]error:[/red] the stack's Redis does not answer ({redis_child.log})")
+            raise typer.Exit(1)
     r = redis.Redis.from_url(settings.redis_url)
     warning = persistence_warning(r)
     if warning:
@@ -71,6 +167,8 @@ def status() -> None:
     for worker_name, qs in active.items():
         for q in qs:
             consumers.setdefault(q["name"], []).append(worker_name)
+    if stack is not None:
+        out.print(stack_table(stack, set(consumers)))
     table = Table("queue", "waiting", "consumers", title="queues")
     for q in queues.ALL_QUEUES:
         table.add_row(q, str(queues.depth(r, q)), ", ".join(sorted(consumers.get(q, []))) or "-")
@@ -114,7 +212,12 @@ def worker(
         )
         raise typer.Exit(2)
     c = 1 if model else (concurrency or os.cpu_count() or 1)
-    load_settings()  # fail here, readably, rather than inside Celery
+    settings = load_settings()  # fail here, readably, rather than inside Celery
+    state, running = stackfile.live_state(settings.data_dir)
+    if running and state is not None:
+        # Celery builds its Settings from the environment: hand it the stack's.
+        for key, value in stackfile.settings_overrides(state, os.environ).items():
+            os.environ[f"{stackfile.ENV_PREFIX}{key.upper()}"] = value
     argv = [
         sys.executable,
         "-m",

@@ -33,7 +33,7 @@ def ollama_models(url: str) -> list[str] | None:
         return None
 
 
-def _has(models: list[str], name: str) -> bool:
+def has_model(models: list[str], name: str) -> bool:
     return name in models or f"{name}:latest" in models or name.removesuffix(":latest") in models
 
 
@@ -71,7 +71,9 @@ def run_demo(
                 )
             )
         else:
-            missing = [m for m in (settings.embed_model, settings.llm_model) if not _has(models, m)]
+            missing = [
+                m for m in (settings.embed_model, settings.llm_model) if not has_model(models, m)
+            ]
             if missing:
                 err.print(
                     f"[red]the Ollama at {settings.ollama_url} lacks "

@@ -7,6 +7,7 @@ touches a shared Redis or Chroma.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -14,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,17 +59,30 @@ class Proc:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0, *, warm: bool = False) -> None:
+        """SIGTERM, then SIGKILL to the whole group after ``timeout``. ``warm``: the first
+        SIGTERM goes to the leader only, so a celery worker makes its warm shutdown (finishes
+        its tasks, stops its pool) instead of its pool children dying under it."""
         if not self.alive():
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGTERM)
+        self.terminate(warm=warm)
+        self.wait_or_kill(timeout)
+
+    def wait_or_kill(self, timeout: float) -> None:
+        """Wait for the exit; after ``timeout``, SIGKILL the whole group."""
         try:
             self.popen.wait(timeout)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGKILL)
             self.popen.wait(5)
+
+    def terminate(self, *, warm: bool = False) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if warm:
+                self.popen.send_signal(signal.SIGTERM)
+            else:
+                os.killpg(self.popen.pid, signal.SIGTERM)
 
     def log_tail(self, n: int = 40) -> str:
         try:
@@ -77,16 +91,36 @@ class Proc:
             return ""
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets SIGTERM when ``parent`` dies, even by SIGKILL (Linux).
+    It is tied to the spawning thread, so only the main thread may spawn with it."""
+
+    def arm() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return arm
+
+
 def spawn(
     name: str,
     argv: Sequence[str],
     log_dir: Path,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    *,
+    die_with_parent: bool = False,
 ) -> Proc:
+    """Start ``argv`` in a session of its own, output appended to ``log_dir/NAME.log``;
+    ``die_with_parent``: terminated when this process dies (Linux only; elsewhere a no-op)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     log_file = log_path.open("ab")
+    linux = sys.platform.startswith("linux")
     popen = subprocess.Popen(
         list(argv),
         stdout=log_file,
@@ -95,9 +129,96 @@ def spawn(
         env={**os.environ, **(env or {})},
         cwd=cwd,
         start_new_session=True,
+        preexec_fn=_die_with(os.getpid()) if die_with_parent and linux else None,
     )
     log_file.close()
     return Proc(name, popen, log_path)
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """How to start one local process and how to tell that it serves: what the demo, the tests
+    and ``tracehound up`` all start, so they start it the same way."""
+
+    name: str
+    argv: tuple[str, ...]
+    url: str | None = None  # what clients connect to
+    health_url: str | None = None  # answers 2xx while it serves
+    env: Mapping[str, str] = field(default_factory=dict)
+    ready: Callable[[], bool] | None = None  # raises or False while not serving
+    ready_timeout: float = 30.0
+    queues: tuple[str, ...] = ()  # a celery worker's; it stops warm (SIGTERM to the leader)
+
+
+def start(spec: ChildSpec, log_dir: Path, *, die_with_parent: bool = False) -> Proc:
+    """Spawn ``spec`` and wait until it is ready; stopped, with its log's tail, if it is not."""
+    proc = spawn(spec.name, spec.argv, log_dir, env=spec.env, die_with_parent=die_with_parent)
+    if spec.ready is not None:
+        ready = spec.ready
+
+        def serving() -> bool:
+            if not proc.alive():
+                raise ChildExited(f"{spec.name} exited with code {proc.popen.returncode}")
+            return ready()
+
+        try:
+            wait_until(serving, spec.ready_timeout, spec.name)
+        except (TimeoutError, ChildExited) as exc:
+            proc.stop()
+            raise TimeoutError(f"{exc}\n{proc.log_tail(15)}") from exc
+    return proc
+
+
+class ChildExited(RuntimeError):
+    """A process exited while it was awaited."""
+
+
+def redis_executable() -> str:
+    exe = shutil.which("redis-server")
+    if not exe:
+        raise RuntimeError(
+            "redis-server is not installed (Debian/Ubuntu: apt-get install "
+            "redis-server; macOS: brew install redis)"
+        )
+    return exe
+
+
+def redis_answers(url: str) -> bool:
+    client = redis.Redis.from_url(url, socket_timeout=2)
+    try:
+        return bool(client.ping())
+    finally:
+        client.close()
+
+
+def http_answers(url: str) -> bool:
+    return httpx.get(url, timeout=1).is_success
+
+
+def redis_spec(
+    workdir: Path, port: int, *, appendonly: bool = False, name: str | None = None
+) -> ChildSpec:
+    data = workdir / "redis"
+    data.mkdir(parents=True, exist_ok=True)
+    url = f"redis://127.0.0.1:{port}/0"
+    argv = (
+        redis_executable(),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "yes" if appendonly else "no",
+        "--appendfsync",
+        "always",
+        "--dir",
+        str(data),
+    )
+    return ChildSpec(
+        name or f"redis-{port}", argv, url, ready=lambda: redis_answers(url), ready_timeout=15
+    )
 
 
 def start_redis(
@@ -105,39 +226,9 @@ def start_redis(
 ) -> tuple[Proc, str]:
     """A private redis-server; ``port`` to start it again where its clients expect it, and
     ``appendonly`` to keep its data across that restart (as production Redis does)."""
-    exe = shutil.which("redis-server")
-    if not exe:
-        raise RuntimeError(
-            "redis-server is not installed (Debian/Ubuntu: apt-get install "
-            "redis-server; macOS: brew install redis)"
-        )
-    port = port or free_port()
-    data = workdir / "redis"
-    data.mkdir(parents=True, exist_ok=True)
-    proc = spawn(
-        f"redis-{port}",
-        [
-            exe,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "yes" if appendonly else "no",
-            "--appendfsync",
-            "always",
-            "--dir",
-            str(data),
-        ],
-        workdir / "logs",
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    wait_until(client.ping, 15, "redis-server")
-    client.close()
-    return proc, url
+    spec = redis_spec(workdir, port or free_port(), appendonly=appendonly)
+    assert spec.url is not None
+    return start(spec, workdir / "logs"), spec.url
 
 
 def chroma_executable() -> str:
@@ -148,34 +239,40 @@ def chroma_executable() -> str:
     return exe
 
 
-def start_chroma(workdir: Path) -> tuple[Proc, str]:
-    port = free_port()
-    proc = spawn(
-        "chroma",
-        [
-            chroma_executable(),
-            "run",
-            "--path",
-            str(workdir / "chroma"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        workdir / "logs",
-        env={"ANONYMIZED_TELEMETRY": "False"},
-    )
+def chroma_spec(workdir: Path, port: int) -> ChildSpec:
     url = f"http://127.0.0.1:{port}"
-    wait_until(
-        lambda: httpx.get(f"{url}/api/v2/heartbeat", timeout=1).is_success, 60, "chroma server"
+    argv = (
+        chroma_executable(),
+        "run",
+        "--path",
+        str(workdir / "chroma"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
     )
-    return proc, url
+    return ChildSpec(
+        "chroma",
+        argv,
+        url,
+        f"{url}/api/v2/heartbeat",
+        env={"ANONYMIZED_TELEMETRY": "False"},
+        ready=lambda: http_answers(f"{url}/api/v2/heartbeat"),
+        ready_timeout=60,
+    )
 
 
-def start_worker(
-    name: str, queues: Sequence[str], concurrency: int, workdir: Path, env: Mapping[str, str]
-) -> Proc:
-    argv = [
+def start_chroma(workdir: Path, port: int | None = None) -> tuple[Proc, str]:
+    """A chroma server on ``workdir/chroma``; ``port`` to start it again where it was."""
+    spec = chroma_spec(workdir, port or free_port())
+    assert spec.url is not None
+    return start(spec, workdir / "logs"), spec.url
+
+
+def worker_spec(
+    name: str, queues: Sequence[str], concurrency: int, env: Mapping[str, str]
+) -> ChildSpec:
+    argv = (
         sys.executable,
         "-m",
         "celery",
@@ -192,50 +289,72 @@ def start_worker(
         "INFO",
         "--without-gossip",
         "--without-mingle",
+    )
+    return ChildSpec(f"worker-{name}", argv, env=dict(env), queues=tuple(queues))
+
+
+def worker_specs(
+    groups: Mapping[str, tuple[Sequence[str], int]], env: Mapping[str, str]
+) -> list[ChildSpec]:
+    """One worker per group, each serving its own Prometheus /metrics on a free port."""
+    return [
+        worker_spec(name, qs, c, {**env, "TRACEHOUND_METRICS_PORT": str(free_port())})
+        for name, (qs, c) in groups.items()
     ]
-    return spawn(f"worker-{name}", argv, workdir / "logs", env=env)
+
+
+def start_worker(
+    name: str, queues: Sequence[str], concurrency: int, workdir: Path, env: Mapping[str, str]
+) -> Proc:
+    return start(worker_spec(name, queues, concurrency, env), workdir / "logs")
 
 
 def tracehound_executable() -> str:
     return str(Path(sys.executable).parent / "tracehound")
 
 
+def ingest_spec(
+    env: Mapping[str, str], port: int, *args: str, name: str | None = None
+) -> ChildSpec:
+    """``tracehound ingest`` on ``port`` (extra CLI ``args``)."""
+    url = f"http://127.0.0.1:{port}"
+    return ChildSpec(
+        name or f"ingest-{port}",
+        (tracehound_executable(), "ingest", "--port", str(port), *args),
+        url,
+        f"{url}/healthz",
+        env=dict(env),
+        ready=lambda: http_answers(f"{url}/healthz"),
+    )
+
+
 def start_ingest(workdir: Path, env: Mapping[str, str], *args: str) -> tuple[Proc, str]:
     """``tracehound ingest`` on a free port (extra CLI ``args``), ready; (process, URL)."""
-    port = free_port()
-    proc = spawn(
-        f"ingest-{port}",
-        [tracehound_executable(), "ingest", "--port", str(port), *args],
-        workdir / "logs",
-        env=env,
-    )
+    spec = ingest_spec(env, free_port(), *args)
+    assert spec.url is not None
+    return start(spec, workdir / "logs"), spec.url
+
+
+def simulator_spec(kind: str, port: int, *args: str) -> ChildSpec:
+    """The ``ollama`` or ``slack`` simulator in a process of its own on ``port``."""
     url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: httpx.get(f"{url}/healthz", timeout=1).is_success, 30, "ingest")
-    except TimeoutError as exc:
-        proc.stop()
-        raise TimeoutError(f"{exc}\n{proc.log_tail(15)}") from exc
-    return proc, url
+    probe = "/api/tags" if kind == "ollama" else "/_sim/config"
+    return ChildSpec(
+        f"{kind}-simulator",
+        (sys.executable, "-m", f"shared.devtools.simulators.{kind}", "--port", str(port), *args),
+        url,
+        url + probe,
+        ready=lambda: http_answers(url + probe),
+    )
 
 
 def start_simulator(kind: str, workdir: Path, *args: str) -> tuple[Proc, str]:
     """The ``ollama`` or ``slack`` simulator in a process of its own (its CPU is not charged
     to whoever measures), on a free port, answering; (process, URL). Its state is read over
     HTTP (``GET /_sim/messages``, ``/_sim/log``)."""
-    port = free_port()
-    proc = spawn(
-        f"{kind}-simulator",
-        [sys.executable, "-m", f"shared.devtools.simulators.{kind}", "--port", str(port), *args],
-        workdir / "logs",
-    )
-    url = f"http://127.0.0.1:{port}"
-    probe = "/api/tags" if kind == "ollama" else "/_sim/config"
-    try:
-        wait_until(lambda: httpx.get(url + probe, timeout=1).is_success, 30, f"{kind} simulator")
-    except TimeoutError as exc:
-        proc.stop()
-        raise TimeoutError(f"{exc}\n{proc.log_tail(15)}") from exc
-    return proc, url
+    spec = simulator_spec(kind, free_port(), *args)
+    assert spec.url is not None
+    return start(spec, workdir / "logs"), spec.url
 
 
 def wait_for_consumers(redis_url: str, queues: Sequence[str], timeout: float = 90.0) -> None:
@@ -299,11 +418,9 @@ class LocalStack:
         self, groups: Mapping[str, tuple[Sequence[str], int]] = WORKER_GROUPS, wait: bool = True
     ) -> dict[str, Proc]:
         started = {}
-        for name, (qs, c) in groups.items():
-            # Each worker serves its own Prometheus /metrics on a free port.
-            self.metrics_ports[name] = free_port()
-            env = {**self.env, "TRACEHOUND_METRICS_PORT": str(self.metrics_ports[name])}
-            started[name] = start_worker(name, qs, c, self.workdir, env)
+        for name, spec in zip(groups, worker_specs(groups, self.env), strict=True):
+            self.metrics_ports[name] = int(spec.env["TRACEHOUND_METRICS_PORT"])
+            started[name] = start(spec, self.workdir / "logs")
         self.procs.extend(started.values())
         if wait:
             queues = [q for qs, _ in groups.values() for q in qs]

@@ -7,7 +7,6 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -259,30 +258,13 @@ def test_chroma_down_retries_then_says_vector_search_failed(
 
 
 def stack_restart_chroma(stack: LocalStack) -> bool:
-    import httpx
+    from shared.devtools.localstack import start_chroma
 
-    from shared.devtools.localstack import chroma_executable, spawn, wait_until
-
-    url = stack.env["TRACEHOUND_CHROMA_URL"]
-    port = url.rsplit(":", 1)[1]
+    port = int(stack.env["TRACEHOUND_CHROMA_URL"].rsplit(":", 1)[1])
     old = next(p for p in stack.procs if p.name == "chroma")
     stack.procs.remove(old)
-    proc = spawn(
-        "chroma",
-        [
-            chroma_executable(),
-            "run",
-            "--path",
-            str(stack.workdir / "chroma"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            port,
-        ],
-        Path(stack.workdir) / "logs",
-    )
+    proc, _ = start_chroma(stack.workdir, port)
     stack.procs.append(proc)
-    wait_until(lambda: httpx.get(f"{url}/api/v2/heartbeat", timeout=1).is_success, 60, "chroma")
     return True
 
 
