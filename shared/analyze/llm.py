@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from shared.analyze.history import RecentChange
 from shared.core.domain import Analysis, AnalysisReply, Candidate, ErrorEvent
 from shared.models.chat import ChatModel
 
@@ -82,8 +83,28 @@ def sdk_context(event: ErrorEvent) -> str:
     return "\n".join(lines)
 
 
+def _changes_block(changes: Sequence[RecentChange], nonce: str) -> str:
+    """The latest git change to the candidates' lines, fenced like the code (commit subjects
+    and diffs are untrusted text too)."""
+    if not changes:
+        return ""
+    blocks = []
+    for ch in changes:
+        c = ch.commit
+        attrs = " ".join(
+            f'{k}="{html.escape(v, quote=True)}"'
+            for k, v in (("path", ch.path), ("lines", ch.lines), ("commit", c.sha[:12]),
+                         ("author", c.author), ("subject", c.subject))
+        )  # fmt: skip
+        blocks.append(f"<change_{nonce} {attrs}>\n{ch.diff}\n</change_{nonce}>")
+    return "Latest change to those lines (git history):\n" + "\n\n".join(blocks) + "\n\n"
+
+
 def build_messages(
-    event: ErrorEvent, candidates: Sequence[Candidate], nonce: str | None = None
+    event: ErrorEvent,
+    candidates: Sequence[Candidate],
+    nonce: str | None = None,
+    changes: Sequence[RecentChange] = (),
 ) -> list[dict[str, str]]:
     """System and user messages for the analysis; code shares a fixed budget, best first.
 
@@ -108,6 +129,7 @@ def build_messages(
         exception=event.exception_type or "(unknown)",
         error=error,
         candidates="\n\n".join(blocks) or "(retrieval found no code)",
+        changes=_changes_block(changes, nonce),
         nonce=nonce,
     )
     return [
@@ -148,12 +170,17 @@ def degraded(reason: str, *, model: str, raw_text: str | None = None) -> Analysi
     )
 
 
-def analyze(event: ErrorEvent, candidates: Sequence[Candidate], chat: ChatModel) -> Analysis:
+def analyze(
+    event: ErrorEvent,
+    candidates: Sequence[Candidate],
+    chat: ChatModel,
+    changes: Sequence[RecentChange] = (),
+) -> Analysis:
     """Ask the model; one repair attempt on invalid JSON; a degraded analysis if that fails too.
 
     Transient model failures (timeouts, 5xx) propagate so the task can retry them.
     """
-    messages = build_messages(event, candidates)
+    messages = build_messages(event, candidates, changes=changes)
     schema = analysis_schema()
     raw = chat.complete(messages, schema)
     try:

@@ -147,6 +147,38 @@ def release(inv: Investigation) -> str:
     return _clip(value.strip(), 100) if isinstance(value, str) else ""
 
 
+def age(seconds: float) -> str:
+    """``3 hours ago``: the largest whole unit."""
+    for unit, size in (("year", 365 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n > 1 else ''} ago"
+    return "just now"
+
+
+def history_text(inv: Investigation, now: datetime | None = None) -> str:
+    """The most recent commits behind each cited range (recorded at index time; escaped)."""
+    moment = (now or datetime.now(UTC)).timestamp()
+    lines = []
+    for cited in inv.history:
+        lines.append(f"`{escape(cited.location)}`")
+        lines += [
+            f"• `{escape(c.sha[:7])}` {escape(_clip(c.author, 60))}, {age(moment - c.time)} — "
+            f"{escape(_clip(c.subject, 120))}"
+            for c in cited.commits
+        ]
+    return "\n".join(lines)
+
+
+def _history_context(inv: Investigation) -> str:
+    v = inv.code_version
+    if v is None:
+        return ""
+    if v.commit is None:
+        return f"history unavailable ({escape(_clip(v.reason, 80))})"
+    return f"code `{escape(v.commit[:7])}`" + (" (shallow clone)" if v.shallow else "")
+
+
 def _title(inv: Investigation) -> str:
     ev = inv.event
     return f"{ev.service}: {ev.exception_type or 'error'}"
@@ -193,6 +225,8 @@ def build_message(
         )
     else:
         blocks.append(_section(f"*Relevant files:*\n{files}"))
+    if changes := history_text(inv):
+        blocks.append(_section(f"*Recent changes:*\n{changes}"))
     trace = "" if opts.trace_in_thread else _trace_tail(inv)
     if trace:
         blocks.append({"type": "divider"})
@@ -208,6 +242,8 @@ def build_message(
     context = [f"event `{escape(ev.id[:12])}`", f"repo `{escape(ev.repo)}`"]
     if built := release(inv):
         context.append(f"release `{escape(built)}`")
+    if code := _history_context(inv):
+        context.append(code)
     if a is not None and not a.degraded:
         context.append(f"confidence {shown_confidence(a.confidence, weak):.0%} · {escape(a.model)}")
     blocks.append(
@@ -258,5 +294,8 @@ def _fallback_text(inv: Investigation, weak: bool) -> str:
         parts.append("No strongly relevant code was found; closest: " + ", ".join(files[:8]))
     else:
         parts.append("Files: " + ", ".join(files[:8]))
+    for cited in inv.history:
+        c = cited.commits[0]
+        parts.append(f"Last change to {cited.location}: {c.sha[:7]} {c.author} — {c.subject}")
     parts.extend(f"Note: {n}" for n in inv.notes)
     return escape(_clip("\n".join(parts), 3900))

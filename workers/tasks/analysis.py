@@ -143,6 +143,7 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             redact=ctx.redactor.redact,
             cache=ctx.analysis_cache,
             may_retry=attempts_left(self),
+            history=ctx.history,
         )
     except TransientError as exc:
         raise retry(self, exc) from exc
