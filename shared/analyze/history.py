@@ -25,6 +25,8 @@ from shared.core.domain import (
     FileHistory,
 )
 from shared.index.history import HistoryStore, changes_in, latest_hunks
+from shared.intake.frames import map_frames, parse_frames
+from shared.retrieve.query import event_frames
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,28 @@ class Recorded:
     files: dict[str, FileHistory]
 
 
+def frame_lines(event: ErrorEvent, recorded: Recorded) -> dict[str, list[int]]:
+    """The lines the trace's in-repo frames point at, per file with recorded history."""
+    if not recorded.files:
+        return {}
+    frames = event_frames(event) or parse_frames(event.stacktrace)
+    lines: dict[str, list[int]] = {}
+    for f in map_frames(frames, recorded.files.keys()):
+        if f.line is not None:
+            lines.setdefault(f.path, []).append(f.line)
+    return lines
+
+
+def suspects(
+    history: FileHistory, start: int, end: int, lines: Sequence[int], *, limit: int
+) -> list[Commit]:
+    """The commits behind ``start``..``end``: the one that last changed a line the trace
+    points at first (what Sentry calls a suspect commit), then the others, newest first."""
+    on_frames = [c for n in lines if start <= n <= end for c in changes_in(history, n, n, limit=1)]
+    ranked = [*on_frames, *changes_in(history, start, end, limit=limit)]
+    return list({c.sha: c for c in ranked}.values())[:limit]
+
+
 def lookup(store: HistoryStore, repo: str, paths: Sequence[str]) -> Recorded:
     """What the indexer recorded for these files; nothing (and a log line) if Redis fails:
     history sharpens a message, it never holds one up."""
@@ -70,9 +94,13 @@ def _safe(commit: Commit, redact: Callable[[str], str]) -> Commit:
 
 
 def prompt_changes(
-    candidates: Sequence[Candidate], recorded: Recorded, redact: Callable[[str], str]
+    candidates: Sequence[Candidate],
+    recorded: Recorded,
+    redact: Callable[[str], str],
+    frames: dict[str, list[int]],
 ) -> list[RecentChange]:
-    """For the best candidates with recent history: the latest change to their shown lines."""
+    """For the best candidates with recent history: the latest change to the line the trace
+    points at in them, else to their shown lines."""
     changes: list[RecentChange] = []
     for cand in candidates:
         history = recorded.files.get(cand.path)
@@ -80,6 +108,9 @@ def prompt_changes(
             continue
         start = min(h.start_line for h in cand.chunks)
         end = max(h.end_line for h in cand.chunks)
+        hit = [n for n in frames.get(cand.path, []) if start <= n <= end]
+        if hit:
+            start = end = hit[0]  # nearest the raise
         latest = changes_in(history, start, end, limit=1)
         if not latest:
             continue
@@ -107,9 +138,13 @@ def cited_locations(analysis: Analysis | None, candidates: Sequence[Candidate]) 
 
 
 def cited_history(
-    locations: Sequence[str], recorded: Recorded, redact: Callable[[str], str]
+    locations: Sequence[str],
+    recorded: Recorded,
+    redact: Callable[[str], str],
+    frames: dict[str, list[int]],
 ) -> list[CitedHistory]:
-    """The most recent commits that touched each cited range (ranges with none left out)."""
+    """The commits that touched each cited range (ranges with none left out): the last
+    change to a line the trace points at first, then the most recent."""
     out: list[CitedHistory] = []
     for location in locations:
         m = _LOCATION.match(location.strip())
@@ -118,7 +153,7 @@ def cited_history(
             continue
         start = int(m["start"])
         end = int(m["end"] or start)
-        commits = changes_in(history, start, end, limit=COMMITS_PER_RANGE)
+        commits = suspects(history, start, end, frames.get(m["path"], []), limit=COMMITS_PER_RANGE)
         if commits:
             safe = [_safe(c, redact) for c in commits]
             out.append(CitedHistory(location=f"{m['path']}:{start}-{end}", commits=safe))

@@ -14,6 +14,7 @@ from shared.analyze.history import (
     Recorded,
     cited_history,
     cited_locations,
+    frame_lines,
     lookup,
     prompt_changes,
     version_note,
@@ -47,7 +48,8 @@ def with_history(
 ) -> Investigation:
     """The commits behind each cited range, the indexed commit, and a note when the error
     comes from another release than the one indexed."""
-    history = cited_history(cited_locations(inv.analysis, inv.candidates), recorded, redact)
+    locations = cited_locations(inv.analysis, inv.candidates)
+    history = cited_history(locations, recorded, redact, frame_lines(inv.event, recorded))
     done = inv.model_copy(update={"code_version": recorded.version, "history": history})
     note = version_note(inv.event, recorded.version)
     return done.noted(redact(note)) if note else done
@@ -88,7 +90,8 @@ def analyze_investigation(
             )
             for c in inv.candidates
         ]
-        analysis = analyze(inv.event, safe, chat, prompt_changes(safe, recorded, redact))
+        changes = prompt_changes(safe, recorded, redact, frame_lines(inv.event, recorded))
+        analysis = analyze(inv.event, safe, chat, changes)
     except TransientError as exc:
         if may_retry:
             raise
