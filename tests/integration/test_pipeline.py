@@ -401,13 +401,18 @@ def history_repo(
 HISTORY_REPO = "sample-history"
 
 
+def released_error(release: str) -> tuple[str, ErrorEvent]:
+    """The sample trace from ``release``, with a marker of its own (its own group, prompt)."""
+    marker = f"division by zero {uuid.uuid4().hex[:8]}"
+    event = parse_event(TRACE.replace("division by zero", marker), service="shop-api",
+                        repo=HISTORY_REPO)  # fmt: skip
+    return marker, event.model_copy(update={"attributes": {**event.attributes, "release": release}})
+
+
 def test_the_message_names_the_commit_that_planted_the_bug_and_the_release_mismatch(
     history_repo: SampleRepo, sender: Any, slack_sim: SlackSimulator, ollama_sim: OllamaSimulator
 ) -> None:
-    marker = f"division by zero {uuid.uuid4().hex[:8]}"  # its own group and prompt
-    event = parse_event(TRACE.replace("division by zero", marker), service="shop-api",
-                        repo=HISTORY_REPO)  # fmt: skip
-    event = event.model_copy(update={"attributes": {**event.attributes, "release": "1.4.2"}})
+    marker, event = released_error("1.4.2")
 
     result = enqueue_error(sender, event).get(timeout=90)
 
@@ -428,10 +433,7 @@ def test_the_message_names_the_commit_that_planted_the_bug_and_the_release_misma
 def test_an_error_from_the_indexed_release_has_no_mismatch_line(
     history_repo: SampleRepo, sender: Any, slack_sim: SlackSimulator
 ) -> None:
-    marker = f"division by zero {uuid.uuid4().hex[:8]}"
-    event = parse_event(TRACE.replace("division by zero", marker), service="shop-api",
-                        repo=HISTORY_REPO)  # fmt: skip
-    event = event.model_copy(update={"attributes": {**event.attributes, "release": "1.4.1"}})
+    _, event = released_error("1.4.1")  # the tag at the indexed commit
     result = enqueue_error(sender, event).get(timeout=90)
     [message] = posted_for(slack_sim, result["event_id"])
     body = json.dumps(message["blocks"])
