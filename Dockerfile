@@ -2,6 +2,10 @@
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
+# git: index and watch read the checkout's history (shared/index/history.py); the compose
+# watcher mounts it at /src, owned by the host's user, which git refuses unless marked safe.
+RUN apt-get update && apt-get install -y --no-install-recommends git \
+    && rm -rf /var/lib/apt/lists/* && git config --system --add safe.directory /src
 COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY workers ./workers

@@ -247,6 +247,7 @@ def index(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     from shared.core.pipeline import sender_app
+    from shared.index.history import HistoryBounds
     from shared.index.reindex import index_repository
 
     if not path.is_dir():
@@ -274,12 +275,13 @@ def index(
             timeout=timeout,
             on_total=lambda n: progress.update(task, total=n),
             on_done=lambda n: progress.advance(task, n),
+            history=HistoryBounds.from_settings(settings) if settings.history else None,
         )
     reasons = ", ".join(f"{n} {r}" for r, n in report.skip_reasons().items()) or "none"
     out.print(
         f"indexed {report.files} files ({report.chunks} chunks, {report.embedded} "
         f"embedded) into {repo!r}; skipped: {reasons}; removed: "
-        f"{len(report.removed_files)} deleted files",
+        f"{len(report.removed_files)} deleted files; history: {report.history}",
         highlight=False,
     )
     if report.failed:

@@ -46,10 +46,18 @@ from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserverVFS
 
 from shared.core.errors import PermanentError
-from shared.core.pipeline import enqueue_files, enqueue_prune, enqueue_remove, sender_app
+from shared.core.pipeline import (
+    enqueue_files,
+    enqueue_history,
+    enqueue_prune,
+    enqueue_remove,
+    sender_app,
+)
 from shared.core.settings import Settings
 from shared.index.chunking import chunk_file, language_of
 from shared.index.corpus import RedisCorpus
+from shared.index.git import GitUnavailable, head
+from shared.index.history import HistoryBounds, collect_history
 from shared.index.reindex import batches
 from shared.index.sources import (
     ALWAYS_SKIP_DIRS,
@@ -281,6 +289,7 @@ class Watcher:
         self._known_lock = threading.Lock()
         self._inflight: dict[str, AsyncResult] = {}  # path -> its last task, until it finishes
         self._gitignore_changed: float | None = None
+        self._history_at: str | None = None  # the HEAD (or git's refusal) last recorded
         self._stopping = threading.Event()
         self._observer: BaseObserver | None = None
         self._thread: threading.Thread | None = None
@@ -634,6 +643,7 @@ class Watcher:
                 task_id=task_id(self.repo, "prune", *sorted(live)),
             )
         self.stats.reconciles += 1
+        self.record_history(live)
         for rel in set(self._local) - live:
             self._local.pop(rel, None)
         log.info(
@@ -646,6 +656,25 @@ class Watcher:
                 "removed": len(removed),
                 "seconds": round(time.monotonic() - started, 3),
             },
+        )
+
+    def record_history(self, live: Iterable[str]) -> None:
+        """Read and record the checkout's git history when HEAD moved since the last record
+        (on start and at each rescan): a commit changes the history without changing a file."""
+        if not self.settings.history:
+            return
+        try:
+            at = head(self.root, timeout=self.settings.history_git_timeout).sha
+        except GitUnavailable as exc:
+            at = f"unavailable: {exc}"
+        if at == self._history_at:
+            return
+        self._history_at = at
+        record = collect_history(self.root, set(live), HistoryBounds.from_settings(self.settings))
+        enqueue_history(self.app, self.repo, record)
+        log.info(
+            "watch.history",
+            extra={"repo": self.repo, "commit": record.version.commit, "files": len(record.files)},
         )
 
 

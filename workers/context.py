@@ -19,6 +19,7 @@ from shared.core.pipeline import enqueue_reanalysis, enqueue_thread_reply
 from shared.core.settings import Settings
 from shared.index.backlog import EmbedBacklog
 from shared.index.corpus import RedisCorpus
+from shared.index.history import HistoryStore
 from shared.index.vectors import ChromaVectorIndex
 from shared.intake.groups import GroupStore
 from shared.intake.redact import Redactor
@@ -179,6 +180,11 @@ class Clients:
     @cached_property
     def analysis_cache(self) -> AnalysisCache:
         return AnalysisCache(self.redis)
+
+    @cached_property
+    def history(self) -> HistoryStore:
+        """What index and watch recorded from git (analyze reads it; no checkout needed)."""
+        return HistoryStore(self.redis)
 
     @cached_property
     def courier(self) -> Courier:

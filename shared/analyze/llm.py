@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from shared.analyze.history import RecentChange
 from shared.core.domain import Analysis, AnalysisReply, Candidate, ErrorEvent
 from shared.models.chat import ChatModel
 
@@ -111,13 +112,31 @@ def guidance(weak_reason: str, language: str) -> str:
             f"Write summary, causes, suggested fix and reasons in {name}. Keep identifiers, "
             "file paths, code, exception names and quoted log text exactly as they are."
         )
-    return "".join(f"\n{line}\n" for line in lines)
+    return "".join(f"{line}\n\n" for line in lines)
+
+
+def _changes_block(changes: Sequence[RecentChange], nonce: str) -> str:
+    """The latest git change to the candidates' lines, fenced like the code (commit subjects
+    and diffs are untrusted text too)."""
+    if not changes:
+        return ""
+    blocks = []
+    for ch in changes:
+        c = ch.commit
+        attrs = " ".join(
+            f'{k}="{html.escape(v, quote=True)}"'
+            for k, v in (("path", ch.path), ("lines", ch.lines), ("commit", c.sha[:12]),
+                         ("author", c.author), ("subject", c.subject))
+        )  # fmt: skip
+        blocks.append(f"<change_{nonce} {attrs}>\n{ch.diff}\n</change_{nonce}>")
+    return "Latest change to those lines (git history):\n" + "\n\n".join(blocks) + "\n\n"
 
 
 def build_messages(
     event: ErrorEvent,
     candidates: Sequence[Candidate],
     nonce: str | None = None,
+    changes: Sequence[RecentChange] = (),
     *,
     weak_reason: str = "",
     language: str = "en",
@@ -146,6 +165,7 @@ def build_messages(
         error=error,
         candidates="\n\n".join(blocks) or "(retrieval found no code)",
         guidance=guidance(weak_reason, language),
+        changes=_changes_block(changes, nonce),
         nonce=nonce,
     )
     return [
@@ -190,6 +210,7 @@ def analyze(
     event: ErrorEvent,
     candidates: Sequence[Candidate],
     chat: ChatModel,
+    changes: Sequence[RecentChange] = (),
     *,
     weak_reason: str = "",
     language: str = "en",
@@ -198,7 +219,9 @@ def analyze(
 
     Transient model failures (timeouts, 5xx) propagate so the task can retry them.
     """
-    messages = build_messages(event, candidates, weak_reason=weak_reason, language=language)
+    messages = build_messages(
+        event, candidates, changes=changes, weak_reason=weak_reason, language=language
+    )
     schema = analysis_schema()
     raw = chat.complete(messages, schema)
     try:

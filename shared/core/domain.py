@@ -115,6 +115,68 @@ class Analysis(AnalysisReply):
     raw_text: str | None = None
 
 
+class Commit(Frozen):
+    """One commit as the message shows it (author and subject are untrusted text)."""
+
+    sha: str
+    author: str
+    time: int  # author time, epoch seconds
+    subject: str
+
+
+class BlameRange(Frozen):
+    """Lines ``start``..``end`` of the indexed file were last changed by ``sha``, where they
+    began at line ``orig_start`` of that commit's version of the file."""
+
+    start: int
+    end: int
+    sha: str
+    orig_start: int
+
+
+class Hunk(Frozen):
+    """One diff hunk of a commit to a file; ``start``..``end`` on the commit's new side."""
+
+    sha: str
+    start: int
+    end: int
+    text: str
+
+
+class FileHistory(Frozen):
+    """A file's recent history as the indexer saw it (shared/index/history.py): the commits
+    that last changed its lines within the time bound, most recent first, and their hunks."""
+
+    path: str
+    commits: list[Commit] = Field(default_factory=list)
+    ranges: list[BlameRange] = Field(default_factory=list)
+    hunks: list[Hunk] = Field(default_factory=list)
+
+
+class CodeVersion(Frozen):
+    """Which commit a repository was indexed at; ``commit`` is None with the ``reason``."""
+
+    commit: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    shallow: bool = False
+    partial: bool = False  # the time budget ran out before every recent file was read
+    reason: str = ""
+
+
+class RepoHistory(Frozen):
+    """What the indexer records for a repository: its commit and its files' recent history."""
+
+    version: CodeVersion
+    files: list[FileHistory] = Field(default_factory=list)
+
+
+class CitedHistory(Frozen):
+    """The most recent commits that touched one cited ``path:start-end``."""
+
+    location: str
+    commits: list[Commit]
+
+
 class StageVisit(Frozen):
     stage: str
     queue: str
@@ -166,6 +228,9 @@ class Investigation(Frozen):
     analysis: Analysis | None = None
     notes: list[str] = Field(default_factory=list)
     trail: list[StageVisit] = Field(default_factory=list)
+    # Filled by analyze from what the indexer recorded (shared/analyze/history.py).
+    code_version: CodeVersion | None = None
+    history: list[CitedHistory] = Field(default_factory=list)
 
     def visited(self, stage: str, queue: str, worker: str) -> Investigation:
         return self.model_copy(

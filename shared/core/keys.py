@@ -117,3 +117,11 @@ HOST_STATS_PATTERN = host("*", "stats")
 def host_of_stats_key(key: str) -> str:
     """The host id inside a key that matched ``HOST_STATS_PATTERN``."""
     return key[len(f"{PREFIX}host:") : -len(":stats")]
+
+
+# --- code history (shared/index/history.py) ---------------------------------------------------
+
+
+def history(repo: str) -> str:
+    """Hash: the commit the repo was indexed at, and its recently changed files' history."""
+    return f"{PREFIX}history:{_digest(repo)}"

@@ -4,6 +4,7 @@
     notify [notify]: a post Slack did not take at once (paced, 429, down), retried there
     update_group, thread_reply [notify]: a group's count updates and thread replies
     index_files / index_file [index] → embed_backlog [embed]     remove_file, prune_repo [index]
+    record_history [index]: the git history index and watch read from the checkout
 
 Every task signature is built in this module; nothing else calls ``app.signature``.
 
@@ -21,7 +22,7 @@ from celery.result import AsyncResult
 from celery.signals import before_task_publish
 
 from shared.core import queues
-from shared.core.domain import ErrorEvent, GroupRef, Posted
+from shared.core.domain import ErrorEvent, GroupRef, Posted, RepoHistory
 from shared.core.messages import SENT_AT, chain_message
 from shared.core.settings import Settings
 
@@ -176,3 +177,8 @@ def enqueue_prune(
 def enqueue_embed_backlog(app: Celery, repo: str) -> AsyncResult:
     """A drain of ``repo``'s embedding backlog (shared/index/backlog.py), at bulk priority."""
     return _send(app, queues.EMBED_BACKLOG, repo, priority=queues.BULK_PRIORITY)
+
+
+def enqueue_history(app: Celery, repo: str, record: RepoHistory) -> AsyncResult:
+    """Store what the indexer read from git (shared/index/history.py) for analyze to use."""
+    return _send(app, queues.RECORD_HISTORY, repo, record.model_dump(mode="json"))

@@ -26,6 +26,7 @@ EMBED_BACKLOG = "tracehound.embed_backlog"
 UPDATE_GROUP = "tracehound.update_group"
 THREAD_REPLY = "tracehound.thread_reply"
 REANALYZE = "tracehound.reanalyze"
+RECORD_HISTORY = "tracehound.record_history"
 
 ROUTES: dict[str, str] = {
     EMBED_QUERY: "embed",
@@ -42,6 +43,7 @@ ROUTES: dict[str, str] = {
     UPDATE_GROUP: "notify",
     THREAD_REPLY: "notify",
     REANALYZE: "notify",
+    RECORD_HISTORY: "index",
 }
 
 # Redis priority of bulk index embedding on the shared embed queue: kombu serves priority 0
@@ -66,6 +68,7 @@ TIME_LIMITS: dict[str, int] = {
     UPDATE_GROUP: 60,
     THREAD_REPLY: 60,
     REANALYZE: 60,
+    RECORD_HISTORY: 60,
 }
 
 

@@ -144,6 +144,16 @@ class Settings(BaseSettings):
     chunk_max_chars: int = Field(6000, ge=200)
     max_file_bytes: int = Field(1_000_000, ge=1)
     max_trace_bytes: int = Field(64_000, ge=1000)
+    # --- code history (shared/index/history.py): read from git by index and watch ---
+    history: bool = Field(True, description="Record git history when indexing a checkout.")
+    history_since_days: int = Field(
+        90, ge=1, description="Commits older than HEAD's time minus this are not read."
+    )
+    history_max_files: int = Field(200, ge=0, description="Recently changed files read, at most.")
+    history_max_commits: int = Field(5, ge=1, le=50, description="Commits kept per file.")
+    history_git_timeout: float = Field(10.0, gt=0, description="Seconds per git call.")
+    history_budget: float = Field(60.0, gt=0, description="Seconds for a whole history read.")
+    history_hunk_chars: int = Field(1500, ge=200, description="A diff hunk is clipped to this.")
 
     # --- HTTP ingest ---
     ingest_token: SecretStr | None = Field(

@@ -13,7 +13,9 @@ from rich.text import Text
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.devtools.localstack import local_stack
+from shared.devtools.sample_history import BUG_SUBJECT, build_sample_repo
 from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.index.history import HistoryBounds
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
 from shared.intake.submit import intake_for
@@ -88,13 +90,20 @@ def run_demo(
         localstack.start_workers()
         app = sender_app(Settings(redis_url=localstack.env["TRACEHOUND_REDIS_URL"]))
         stack.callback(app.close)
-        err.print(f"indexing {repo_path} as {DEMO_REPO!r} …")
+        # A checkout with a history, the planted bug arriving in one commit (see the module).
+        sample = build_sample_repo(repo_path, workdir / "sample-service")
+        err.print(f"indexing {repo_path} (as a git history in {sample.path}) as {DEMO_REPO!r} …")
         report = index_repository(
-            app, repo_path, DEMO_REPO, max_bytes=settings.max_file_bytes, timeout=600
+            app,
+            sample.path,
+            DEMO_REPO,
+            max_bytes=settings.max_file_bytes,
+            timeout=600,
+            history=HistoryBounds.from_settings(settings),
         )
         err.print(
             f"indexed {report.files} files, {report.chunks} chunks ({report.embedded} "
-            f"embedded); skipped: {report.skipped_summary()}",
+            f"embedded); skipped: {report.skipped_summary()}; history: {report.history}",
             markup=False,
             highlight=False,
         )
@@ -121,6 +130,11 @@ def run_demo(
         console.print(
             f"delivered to: {notification['destination']}; the chain crossed: "
             + " → ".join(f"{v['stage']}[{v['queue']}]" for v in notification["trail"]),
+            highlight=False,
+            markup=False,
+        )
+        console.print(
+            f"the planted bug came in with commit {sample.bug_commit[:7]} ({BUG_SUBJECT})",
             highlight=False,
             markup=False,
         )

@@ -11,9 +11,11 @@ from pathlib import Path
 from celery import Celery
 from celery.result import AsyncResult
 
+from shared.core.domain import RepoHistory
 from shared.core.errors import PermanentError
-from shared.core.pipeline import enqueue_files, enqueue_prune
+from shared.core.pipeline import enqueue_files, enqueue_history, enqueue_prune
 from shared.index.chunking import language_of
+from shared.index.history import HistoryBounds, collect_history
 from shared.index.sources import Skipped, SourceFile, read_source, walk
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,7 @@ class IndexReport:
     removed_files: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    history: str = "not read"
 
     def skip_reasons(self) -> Counter[str]:
         return Counter(s.reason.split(" (")[0] for s in self.skipped)
@@ -84,8 +87,13 @@ def index_repository(
     timeout: float = 3600.0,
     on_total: Callable[[int], None] = lambda n: None,
     on_done: Callable[[int], None] = lambda n: None,
+    history: HistoryBounds | None = HistoryBounds(),  # noqa: B008 (frozen)
 ) -> IndexReport:
-    """Send every indexable file to the index queue, wait for all, then prune deleted files."""
+    """Send every indexable file to the index queue, wait for all, then prune deleted files.
+
+    With ``history``, the checkout's commit and its files' recent git history are read while
+    the workers index, and recorded (shared/index/history.py); a tree that is not a git
+    checkout is indexed all the same, with "no history"."""
     if not root.is_dir():
         raise PermanentError(f"index path {str(root)!r} does not exist or is not a directory")
     report = IndexReport(repo)
@@ -95,6 +103,11 @@ def index_repository(
     for batch in batches(iter(files)):
         payload = [{"path": f.path, "text": f.text} for f in batch]
         pending.append((enqueue_files(app, repo, payload), len(batch), [f.path for f in batch]))
+    recorded = None
+    if history is not None:
+        record = collect_history(root, [f.path for f in files], history)
+        report.history = history_summary(record)
+        recorded = enqueue_history(app, repo, record)
     for result, n, paths in pending:
         try:
             summary = result.get(timeout=timeout, propagate=True)
@@ -109,4 +122,21 @@ def index_repository(
     if not report.failed:  # pruning after a partial failure could drop files that still exist
         pruned = enqueue_prune(app, repo, [f.path for f in files]).get(timeout=timeout)
         report.removed_files = list(pruned["removed_files"])
+    if recorded is not None:
+        try:
+            recorded.get(timeout=timeout, propagate=True)
+        except Exception as exc:  # the index is fine without it; analyses say "no history"
+            log.warning("history.record_failed", extra={"repo": repo, "error": str(exc)})
+            report.history = f"not recorded ({exc})"
     return report
+
+
+def history_summary(record: RepoHistory) -> str:
+    """One line for the index report: at which commit, how many files with recent changes."""
+    v = record.version
+    if v.commit is None:
+        return f"unavailable ({v.reason})"
+    extra = "".join(
+        f", {w}" for w, on in (("shallow clone", v.shallow), ("partial", v.partial)) if on
+    )
+    return f"at {v.commit[:12]}, {len(record.files)} files with recent changes{extra}"

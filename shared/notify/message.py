@@ -153,6 +153,55 @@ def release(inv: Investigation) -> str:
     return _clip(value.strip(), 100) if isinstance(value, str) else ""
 
 
+def age(seconds: float) -> str:
+    """``3 hours ago``: the largest whole unit."""
+    for unit, size in (("year", 365 * 86400), ("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n > 1 else ''} ago"
+    return "just now"
+
+
+def history_text(inv: Investigation, now: datetime | None = None) -> str:
+    """The most recent commits behind each cited range (recorded at index time; escaped)."""
+    moment = (now or datetime.now(UTC)).timestamp()
+    lines = []
+    for cited in inv.history:
+        lines.append(f"`{escape(cited.location)}`")
+        lines += [
+            f"• `{escape(c.sha[:7])}` {escape(_clip(c.author, 60))}, {age(moment - c.time)} — "
+            f"{escape(_clip(c.subject, 120))}"
+            for c in cited.commits
+        ]
+    return "\n".join(lines)
+
+
+def _history_context(inv: Investigation) -> str:
+    v = inv.code_version
+    if v is None:
+        return ""
+    if v.commit is None:
+        return f"history unavailable ({escape(_clip(v.reason, 80))})"
+    return f"code `{escape(v.commit[:7])}`" + (" (shallow clone)" if v.shallow else "")
+
+
+def _context_line(inv: Investigation, weak: bool, language: str) -> str:
+    """Event, repo, release, indexed code and the model's confidence, in one line."""
+    ev, a = inv.event, inv.analysis
+    context = [
+        f"{phrase(language, 'event')} `{escape(ev.id[:12])}`",
+        f"{phrase(language, 'repo')} `{escape(ev.repo)}`",
+    ]
+    if built := release(inv):
+        context.append(f"{phrase(language, 'release')} `{escape(built)}`")
+    if code := _history_context(inv):
+        context.append(code)
+    if a is not None and not a.degraded:
+        shown = shown_confidence(a.confidence, weak)
+        context.append(f"{phrase(language, 'confidence')} {shown:.0%} · {escape(a.model)}")
+    return " · ".join(context)
+
+
 def _title(inv: Investigation) -> str:
     ev = inv.event
     return f"{ev.service}: {ev.exception_type or 'error'}"
@@ -198,6 +247,8 @@ def build_message(
         blocks.append(_section(f"*{say('weak_files')}* {say('weak_files_more')}\n{files}"))
     else:
         blocks.append(_section(f"*{say('files')}:*\n{files}"))
+    if changes := history_text(inv):
+        blocks.append(_section(f"*{say('changes')}:*\n{changes}"))
     trace = "" if opts.trace_in_thread else _trace_tail(inv)
     if trace:
         blocks.append({"type": "divider"})
@@ -207,17 +258,9 @@ def build_message(
     footnotes = list(inv.notes)
     if a is not None and a.degraded:
         footnotes.append(say("degraded", reason=a.degraded_reason))
-    context = [f"{say('event')} `{escape(ev.id[:12])}`", f"{say('repo')} `{escape(ev.repo)}`"]
-    if built := release(inv):
-        context.append(f"{say('release')} `{escape(built)}`")
-    if a is not None and not a.degraded:
-        shown = shown_confidence(a.confidence, weak)
-        context.append(f"{say('confidence')} {shown:.0%} · {escape(a.model)}")
+    context = _context_line(inv, weak, opts.language)
     blocks.append(
-        {
-            "type": "context",
-            "elements": [{"type": "mrkdwn", "text": _clip(" · ".join(context), SECTION_MAX)}],
-        }
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": _clip(context, SECTION_MAX)}]}
     )
     if footnotes:
         blocks.append(
@@ -266,5 +309,8 @@ def _fallback_text(inv: Investigation, weak: bool, language: str = "en") -> str:
         parts.append(f"{say('weak_files_short')} " + ", ".join(files[:8]))
     else:
         parts.append(f"{say('files_short')}: " + ", ".join(files[:8]))
+    for cited in inv.history:
+        c = cited.commits[0]
+        parts.append(f"{say('last_change')} {cited.location}: {c.sha[:7]} {c.author} — {c.subject}")
     parts.extend(f"{say('note')}: {n}" for n in inv.notes)
     return escape(_clip("\n".join(parts), 3900))

@@ -15,6 +15,7 @@ from shared.core.domain import ErrorEvent
 from shared.core.pipeline import enqueue_error
 from shared.core.settings import Settings
 from shared.devtools.localstack import LocalStack, wait_until
+from shared.devtools.sample_history import BUG_SUBJECT, STEPS, SampleRepo, build_sample_repo
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
@@ -364,6 +365,61 @@ def test_a_trace_from_a_service_that_is_not_indexed_reads_as_weak_evidence(
     assert "Possible leads (weak evidence)" in shown and "Probable causes" not in shown
     percents = [int(p) for p in re.findall(r"(\d+)%", shown)]
     assert percents and all(p < 50 for p in percents), percents
+
+
+@pytest.fixture(scope="module")
+def history_repo(
+    stack: LocalStack, sender: Any, settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> SampleRepo:
+    """The sample service as a git history (the bug planted by one commit), indexed with it."""
+    sample = build_sample_repo(SAMPLE_SERVICE, tmp_path_factory.mktemp("history") / "sample")
+    report = index_repository(
+        sender, sample.path, HISTORY_REPO, max_bytes=settings.max_file_bytes, timeout=120
+    )
+    assert not report.failed and report.history.startswith("at ")
+    return sample
+
+
+HISTORY_REPO = "sample-history"
+
+
+def released_error(release: str) -> tuple[str, ErrorEvent]:
+    """The sample trace from ``release``, with a marker of its own (its own group, prompt)."""
+    marker = f"division by zero {uuid.uuid4().hex[:8]}"
+    event = parse_event(TRACE.replace("division by zero", marker), service="shop-api",
+                        repo=HISTORY_REPO)  # fmt: skip
+    return marker, event.model_copy(update={"attributes": {**event.attributes, "release": release}})
+
+
+def test_the_message_names_the_commit_that_planted_the_bug_and_the_release_mismatch(
+    history_repo: SampleRepo, sender: Any, slack_sim: SlackSimulator, ollama_sim: OllamaSimulator
+) -> None:
+    marker, event = released_error("1.4.2")
+
+    result = enqueue_error(sender, event).get(timeout=90)
+
+    [message] = posted_for(slack_sim, result["event_id"])
+    body = json.dumps(message["blocks"])
+    bug = history_repo.bug_commit
+    assert f"`{bug[:7]}` Ben Ortiz" in body and BUG_SUBJECT in body
+    head = history_repo.shas[STEPS[-1].subject]
+    assert f"code indexed at {head[:7]}, error from release 1.4.2" in body
+    assert f"{bug[:7]} Ben Ortiz" in message["text"]
+    # The model saw the change that planted the line of the trace's last frame.
+    [chat] = [r for r in ollama_sim.requests_to("/api/chat") if marker in json.dumps(r["body"])]
+    prompt = chat["body"]["messages"][-1]["content"]
+    assert f'commit="{bug[:12]}"' in prompt
+    assert "+            line.unit_discount_cents = round_half_up(share / line.quantity)" in prompt
+
+
+def test_an_error_from_the_indexed_release_has_no_mismatch_line(
+    history_repo: SampleRepo, sender: Any, slack_sim: SlackSimulator
+) -> None:
+    _, event = released_error("1.4.1")  # the tag at the indexed commit
+    result = enqueue_error(sender, event).get(timeout=90)
+    [message] = posted_for(slack_sim, result["event_id"])
+    body = json.dumps(message["blocks"])
+    assert "code indexed at" not in body and history_repo.bug_commit[:7] in body
 
 
 FOREIGN_TRACE = """\

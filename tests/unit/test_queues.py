@@ -25,6 +25,7 @@ TASK_NAMES = [
     queues.UPDATE_GROUP,
     queues.THREAD_REPLY,
     queues.REANALYZE,
+    queues.RECORD_HISTORY,
 ]
 
 

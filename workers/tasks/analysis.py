@@ -160,6 +160,7 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             redact=ctx.redactor.redact,
             cache=ctx.analysis_cache,
             may_retry=attempts_left(self),
+            history=ctx.history,
             language=ctx.settings.language,
         )
     except TransientError as exc:

@@ -11,14 +11,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import redis
 from celery import states
 from celery.exceptions import Ignore
 
 from shared.core import queues as q
-from shared.core.domain import Chunk
+from shared.core.domain import Chunk, RepoHistory
 from shared.core.errors import PermanentError, TransientError
 from shared.core.pipeline import enqueue_embed_backlog
 from shared.index.backlog import Entry
+from shared.index.history import HistoryStore
 from shared.index.indexing import FilePlan, finish_file, plan_file, prune, remove_path, store_chunks
 from workers import context
 from workers.app import app, task_options
@@ -165,3 +167,14 @@ def prune_repo(self: Any, repo: str, live_paths: list[str]) -> dict[str, Any]:
     except TransientError as exc:
         raise retry(self, exc) from exc
     return {"repo": repo, "removed_files": gone}
+
+
+@app.task(**task_options(q.RECORD_HISTORY))
+def record_history(self: Any, repo: str, record: dict[str, Any]) -> dict[str, Any]:
+    """Store a repo's git history as read by index or watch (replacing the previous one)."""
+    parsed = RepoHistory.model_validate(record)
+    try:
+        HistoryStore(context.clients().redis).put(repo, parsed)
+    except redis.RedisError as exc:
+        raise retry(self, TransientError(f"redis: {exc}")) from exc
+    return {"repo": repo, "commit": parsed.version.commit, "files": len(parsed.files)}
