@@ -84,21 +84,33 @@ ROTATION_SEPARATORS = (".", "-", "_")
 COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".zip", ".br")
 
 
-def rotated_siblings(path: str) -> list[str]:
-    """The files beside ``path`` named as its rotations are: ``app.log.1``, ``app.log-20261201``,
-    ``app.log.2026-12-01_10`` (RotatingFileHandler, logrotate, TimedRotatingFileHandler)."""
-    directory, name = os.path.split(path)
-    try:
-        names = os.listdir(directory or ".")
-    except OSError:
-        return []
-    return [
-        os.path.join(directory, n)
-        for n in names
-        if n.startswith(name)
-        and n[len(name) : len(name) + 1] in ROTATION_SEPARATORS
-        and not n.endswith(COMPRESSED)
-    ]
+def rotated_siblings(paths: Sequence[str]) -> list[str]:
+    """The files beside each of ``paths`` named as rotations are: ``app.log.1``,
+    ``app.log-20261201``, ``app.log.2026-12-01_10`` (RotatingFileHandler, logrotate,
+    TimedRotatingFileHandler); each directory is listed once."""
+    by_dir: dict[str, set[str]] = {}
+    for path in paths:
+        directory, name = os.path.split(path)
+        by_dir.setdefault(directory, set()).add(name)
+    found: list[str] = []
+    for directory, names in by_dir.items():
+        try:
+            entries = os.listdir(directory or ".")
+        except OSError:
+            continue
+        found += [
+            os.path.join(directory, n)
+            for n in entries
+            if not n.endswith(COMPRESSED)
+            # A followed name, a separator and a digit (a number or a date: "syslog" does not
+            # make "syslog.conf" its rotation); a set lookup per separator in the entry.
+            and any(
+                c in ROTATION_SEPARATORS and n[i + 1 : i + 2].isdigit() and n[:i] in names
+                for i, c in enumerate(n)
+                if i
+            )
+        ]
+    return found
 
 
 class HandOverFailed(Exception):
@@ -422,7 +434,7 @@ class Tailer:
         being read continues from its offset, and a copy made since the last read but of a
         content never seen (two rotations between two reads) is read whole — even where the
         patterns do not match them."""
-        for path in rotated_siblings(fl.path):
+        for path in rotated_siblings([fl.path]):
             try:
                 f = open(path, "rb")  # noqa: SIM115 - adopted (then closed in _close) or closed
             except OSError:
@@ -443,7 +455,7 @@ class Tailer:
         overflowed or lagged; no inotify at all) is read like any file found: from its
         checkpoint or its copy's offset if its identity is known, else from its start."""
         sizes: dict[str, int] = {}
-        for path in sorted({s for p in live for s in rotated_siblings(p)}):
+        for path in sorted(set(rotated_siblings(live))):
             if any(p.matches(path) for p in self.patterns):
                 continue  # the scan follows it
             try:
