@@ -4,6 +4,14 @@ Accepts one JSON object, a JSON array (Vector's ``http`` sink with the json code
 ``http`` output with ``format json``) or NDJSON (``framing.method = "newline_delimited"`` /
 ``format json_lines``), optionally gzip- (every member) or deflate-compressed.
 
+By default a batch is checked (size, record count, each record's JSON) and queued whole for the
+``intake_batch`` task [intake] in one Redis command, then answered 202 with the count queued:
+the shipper's request costs about what a bare LPUSH does, and the events are as durable as
+Redis once it is answered (workers/tasks/intake.py takes the batch: the event model, redaction,
+grouping, counting, analyses). ``?wait=true`` takes the batch before answering instead, and
+the reply says what became of each record (accepted ids and their groups, rejected and
+ignored ones with the reason).
+
 It answers as a sink that shippers can retry safely: Vector retries 429 and 5xx and gives up on
 other 4xx; Fluent Bit retries a failed flush up to its Retry_Limit. So Redis out of reach is a
 503 with Retry-After, a body that can never be accepted is a 4xx, and every event has an id that
@@ -16,13 +24,12 @@ from __future__ import annotations
 import asyncio
 import gzip
 import hashlib
-import json
 import logging
 import secrets
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
 import redis
 from celery import Celery
@@ -33,190 +40,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from shared.core.domain import ErrorEvent
 from shared.core.errors import PermanentError
 from shared.core.persistence import persistence_warning
+from shared.core.pipeline import intake_batch_message
 from shared.core.settings import Settings
-from shared.intake.events import Ignored, from_record, from_text
+from shared.intake.batch import BodyError, QueuedBatch, decode_records, parse_batch
 from shared.intake.submit import Intake, Submitted
 
 log = logging.getLogger(__name__)
 
-MAX_DEPTH = 64  # JSON nesting a log record never needs; deeper is refused, not recursed into
 REPLY_LIST_MAX = 100  # rejected / ignored entries listed in a reply (the counts are complete)
 RETRY_AFTER_S = 5  # what a 503 asks the shipper to wait
-
-
-class BodyError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass
-class Batch:
-    accepted: list[ErrorEvent] = field(default_factory=list)
-    rejected: list[dict[str, Any]] = field(default_factory=list)
-    ignored: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _depth_ok(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether ``value`` nests at most ``limit`` levels (iteratively: no recursion to exhaust)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth > limit:
-                return False
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return True
-
-
-def _loads(text: str, where: str) -> Any:
-    try:
-        value = json.loads(text)
-    except RecursionError as exc:
-        raise BodyError(400, f"{where}: JSON nested deeper than {MAX_DEPTH} levels") from exc
-    if not _depth_ok(value):
-        raise BodyError(400, f"{where}: JSON nested deeper than {MAX_DEPTH} levels")
-    return value
-
-
-def _array_items(text: str, max_records: int) -> Iterator[Any]:
-    """The elements of a JSON array, decoded one by one: a 10 MB array of tiny records is
-    refused at record ``max_records + 1`` instead of being built whole in memory."""
-    decoder = json.JSONDecoder()
-    i, n, count = 1, len(text), 0
-    while True:
-        while i < n and text[i] in " \t\r\n":
-            i += 1
-        if i < n and text[i] == "]" and count == 0:
-            return
-        try:
-            value, i = decoder.raw_decode(text, i)
-        except RecursionError as exc:
-            raise BodyError(400, f"record {count}: JSON nested too deeply") from exc
-        except json.JSONDecodeError as exc:
-            raise BodyError(400, f"malformed JSON array at character {exc.pos}: {exc.msg}") from exc
-        count += 1
-        if count > max_records:
-            raise BodyError(413, f"more than {max_records} records in one request")
-        if not _depth_ok(value):
-            raise BodyError(400, f"record {count - 1}: JSON nested deeper than {MAX_DEPTH} levels")
-        yield value
-        while i < n and text[i] in " \t\r\n":
-            i += 1
-        if i < n and text[i] == ",":
-            i += 1
-            continue
-        if i < n and text[i] == "]" and not text[i + 1 :].strip():
-            return
-        raise BodyError(400, f"malformed JSON array at character {i}")
-
-
-def decode_records(body: bytes, *, max_records: int = 10_000) -> list[Any]:
-    """One object, an array, or NDJSON; a malformed NDJSON line is one bad record, not all.
-    More than ``max_records`` records is a 413, decided before they are all decoded."""
-    text = body.decode("utf-8", errors="replace").strip()
-    if not text:
-        raise BodyError(400, "empty body: send a JSON object, a JSON array or NDJSON")
-    if text.startswith("["):
-        return list(_array_items(text, max_records))
-    if text.count("\n") >= max_records * 2:  # surely too many lines: say so before splitting
-        raise BodyError(413, f"more than {max_records} records in one request")
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if len(lines) > max_records:
-        raise BodyError(413, f"more than {max_records} records in one request")
-    if len(lines) == 1:
-        try:
-            return [_loads(text, "body")]
-        except json.JSONDecodeError as whole:
-            raise BodyError(
-                400, f"malformed JSON: {whole.msg} at line {whole.lineno} column {whole.colno}"
-            ) from whole
-    try:
-        return [_loads(text, "body")]  # one object pretty-printed over several lines
-    except json.JSONDecodeError:
-        pass
-    records: list[Any] = []
-    for n, line in enumerate(lines, start=1):
-        try:
-            records.append(_loads(line, f"line {n}"))
-        except json.JSONDecodeError as exc:
-            records.append(BodyError(400, f"malformed JSON on line {n}: {exc.msg}"))
-        except BodyError as exc:
-            records.append(exc)
-    return records
-
-
-def record_id(record: Any, batch_digest: str, index: int) -> str:
-    """The id a shipper's retry repeats: the record's own ``id``, else a hash of the request
-    body and the record's place in it. A retried batch is the same body (Vector and Fluent Bit
-    resend the same request), so its events get the same ids; two identical records — the same
-    error twice in one millisecond — are still two events."""
-    if isinstance(record, dict) and record.get("id") not in (None, ""):
-        return str(record["id"])[:200]
-    return hashlib.sha1(f"{batch_digest}:{index}".encode()).hexdigest()[:32]
-
-
-def parse_batch(
-    records: list[Any],
-    *,
-    service: str | None,
-    max_trace_bytes: int,
-    default_service: str | None = None,
-    batch_digest: str = "",
-) -> Batch:
-    """Each record through the one event model (shared/intake/events.py): a JSON object, or a
-    JSON string holding a trace or log text; what is not an error is ignored with the reason.
-
-    ``service`` (the request's ``?service=``) names every record's service; without it a
-    record's own ``service`` field does, else the server's ``default_service``.
-    """
-    batch = Batch()
-    for i, record in enumerate(records):
-        if isinstance(record, BodyError):
-            batch.rejected.append({"index": i, "error": str(record)})
-            continue
-        try:
-            if isinstance(record, dict):
-                own = record.get("service") not in (None, "")
-                found = from_record(
-                    record,
-                    origin="sent",
-                    service=service or (None if own else default_service),
-                    repo=None,
-                    max_bytes=max_trace_bytes,
-                )
-            elif isinstance(record, str):
-                found = from_text(
-                    record,
-                    origin="sent",
-                    service=service or default_service,
-                    repo=None,
-                    max_bytes=max_trace_bytes,
-                )
-            else:
-                raise PermanentError(
-                    f"event must be a JSON object or string, got {type(record).__name__}"
-                )
-        except PermanentError as exc:
-            batch.rejected.append({"index": i, "error": str(exc)})
-        except ValueError as exc:  # pydantic: a field of the wrong type
-            batch.rejected.append({"index": i, "error": _first_line(str(exc))})
-        else:
-            if isinstance(found, Ignored):
-                batch.ignored.append({"index": i, "reason": found.reason})
-            else:
-                event_id = record_id(record, batch_digest, i)
-                batch.accepted.append(found.model_copy(update={"id": event_id}))
-    return batch
-
-
-def _first_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return " ".join(lines[1:3]) if len(lines) > 1 else text
 
 
 async def read_body(request: Request, limit: int, timeout: float = 30.0) -> bytes:
@@ -318,18 +152,36 @@ def create_app(
                 status_code=401,
                 headers={"WWW-Authenticate": "Bearer"},
             )
+        params = request.query_params
         try:
             raw = await read_body(request, max_body_bytes, read_timeout)
+        except BodyError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        # The decompressed body and the query: a retry of this request repeats both (whether
+        # it waits or not).
+        query = urlencode([(k, v) for k, v in params.multi_items() if k != "wait"])
+        digest = hashlib.sha1(raw + query.encode()).hexdigest()
+        if params.get("wait", "").lower() not in ("1", "true", "yes"):
+            return await run_in_threadpool(
+                lambda: queue_batch(
+                    intake,
+                    raw,
+                    digest,
+                    service=params.get("service"),
+                    default_service=default_service,
+                    max_records=max_records,
+                )
+            )
+        try:
             records = decode_records(raw, max_records=max_records)
         except BodyError as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         batch = parse_batch(
             records,
-            service=request.query_params.get("service"),
+            service=params.get("service"),
             max_trace_bytes=max_trace_bytes,
             default_service=default_service,
-            # The decompressed body and the query: a retry of this request repeats both.
-            batch_digest=hashlib.sha1(raw + str(request.query_params).encode()).hexdigest(),
+            batch_digest=digest,
         )
         try:
             submitted = (
@@ -397,6 +249,52 @@ def create_app(
             ).routes(),
         ]
     )
+
+
+def queue_batch(
+    intake: Intake,
+    raw: bytes,
+    digest: str,
+    *,
+    service: str | None,
+    default_service: str | None,
+    max_records: int,
+) -> JSONResponse:
+    """The default: the batch's JSON checked, then queued whole for the intake_batch task
+    in one LPUSH (durable once Redis has it) and answered 202 at once."""
+    try:
+        records = decode_records(raw, max_records=max_records)
+    except BodyError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+    rejected = [
+        {"index": i, "error": str(r)} for i, r in enumerate(records) if isinstance(r, BodyError)
+    ]
+    body: dict[str, Any] = {
+        "queued": len(records) - len(rejected),
+        "batch": digest,
+        "rejected": rejected[:REPLY_LIST_MAX],
+        "rejected_count": len(rejected),
+    }
+    if len(rejected) == len(records):
+        return JSONResponse({**body, "error": rejected[0]["error"]}, status_code=400)
+    queued = QueuedBatch(
+        body=raw.decode("utf-8", errors="replace"),
+        digest=digest,
+        service=service,
+        default_service=default_service,
+        max_records=max_records,
+    )
+    queue, message = intake_batch_message(intake.app, queued.model_dump())
+    try:
+        intake.groups.r.lpush(queue, message)
+    except (redis.RedisError, OSError) as exc:
+        log.warning("ingest.unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
+        return JSONResponse(
+            {"error": f"cannot reach Redis, retry later: {type(exc).__name__}: {exc}"},
+            status_code=503,
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    return JSONResponse(body, status_code=202)
 
 
 def group_replies(submitted: list[Submitted]) -> list[dict[str, Any]]:

@@ -36,17 +36,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from producers.ingest import (
-    RETRY_AFTER_S,
-    BodyError,
-    _inflate,
-    _loads,
-    group_replies,
-    read_body,
-)
+from producers.ingest import RETRY_AFTER_S, _inflate, group_replies, read_body
 from shared.core.domain import ErrorEvent
 from shared.core.errors import PermanentError
 from shared.intake import otlp
+from shared.intake.batch import BodyError, loads
 from shared.intake.events import Ignored
 from shared.intake.sentry import (
     EnvelopeError,
@@ -209,7 +203,7 @@ class SdkRoutes:
                 dropped[item.type] += 1  # transactions, sessions, client reports, attachments…
                 continue
             try:
-                payload = _loads(item.payload.decode("utf-8", errors="replace"), f"item {n}")
+                payload = loads(item.payload.decode("utf-8", errors="replace"), f"item {n}")
                 found, reason = self.sentry_event(payload, project, env.event_id)
             except json.JSONDecodeError as exc:
                 return JSONResponse(
@@ -230,7 +224,7 @@ class SdkRoutes:
         limits = self.limits
         try:
             raw = await read_body(request, limits.max_body_bytes, limits.read_timeout)
-            payload = _loads(_store_body(raw, limits.max_body_bytes).decode(errors="replace"), "")
+            payload = loads(_store_body(raw, limits.max_body_bytes).decode(errors="replace"), "")
             found, reason = self.sentry_event(payload, project, "")
         except BodyError as exc:
             return JSONResponse({"detail": str(exc)}, status_code=exc.status)

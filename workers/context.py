@@ -23,6 +23,7 @@ from shared.index.history import HistoryStore
 from shared.index.vectors import ChromaVectorIndex
 from shared.intake.groups import GroupStore
 from shared.intake.redact import Redactor
+from shared.intake.submit import Intake
 from shared.models.chat import ChatModel, OllamaChat
 from shared.models.embedder import Embedder, OllamaEmbedder
 from shared.models.hosts import (
@@ -169,6 +170,12 @@ class Clients:
         return LeasedChat(inner, self.session(s.llm_base_url), s.llm_base_url, PRIORITY_CHAIN)
 
     @cached_property
+    def intake(self) -> Intake:
+        from workers.app import app  # this module is imported by workers.app
+
+        return Intake(app, self.redis, self.settings)
+
+    @cached_property
     def groups(self) -> GroupStore:
         return GroupStore(self.redis, window_s=self.settings.group_window)
 
@@ -269,6 +276,7 @@ WARM: dict[str, tuple[str, ...]] = {
     "rerank": ("reranker", "model_http"),
     "llm": ("chat", "analysis_cache", "redactor", "model_http", "courier", "groups"),
     "notify": ("courier", "groups"),
+    "intake": ("intake",),
     "index": ("corpus", "vectors", "embed_backlog"),
 }
 

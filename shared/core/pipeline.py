@@ -109,6 +109,17 @@ def analysis_message(
     return queue, message, AsyncResult(ids[-1], app=app)
 
 
+def intake_batch_message(app: Celery, batch: dict[str, Any]) -> tuple[str, bytes]:
+    """The message that hands a batch the ingest endpoint received to the ``intake_batch``
+    task [intake] (producers/ingest.py LPUSHes it: one Redis command per request)."""
+    queue, message, _ = chain_message(
+        [(queues.INTAKE_BATCH, queues.ROUTES[queues.INTAKE_BATCH])],
+        [batch],
+        reply_to=app.thread_oid,
+    )
+    return queue, message
+
+
 def enqueue_error(
     app: Celery,
     event: ErrorEvent,

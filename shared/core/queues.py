@@ -1,7 +1,8 @@
 """Task names, queues and routing, declared once; producers enqueue by name from here.
 
 Model queues (``embed``, ``rerank``, ``llm``) are consumed with concurrency 1 so the model host
-serves one request at a time; CPU queues (``retrieve``, ``index``, ``notify``) scale out.
+serves one request at a time; CPU queues (``retrieve``, ``index``, ``notify``, ``intake``)
+scale out.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 MODEL_QUEUES = ("embed", "rerank", "llm")
-CPU_QUEUES = ("retrieve", "index", "notify")
+CPU_QUEUES = ("retrieve", "index", "notify", "intake")
 ALL_QUEUES = MODEL_QUEUES + CPU_QUEUES
 
 EMBED_QUERY = "tracehound.embed_query"
@@ -27,6 +28,7 @@ UPDATE_GROUP = "tracehound.update_group"
 THREAD_REPLY = "tracehound.thread_reply"
 REANALYZE = "tracehound.reanalyze"
 RECORD_HISTORY = "tracehound.record_history"
+INTAKE_BATCH = "tracehound.intake_batch"
 
 ROUTES: dict[str, str] = {
     EMBED_QUERY: "embed",
@@ -44,6 +46,7 @@ ROUTES: dict[str, str] = {
     THREAD_REPLY: "notify",
     REANALYZE: "notify",
     RECORD_HISTORY: "index",
+    INTAKE_BATCH: "intake",
 }
 
 # Redis priority of bulk index embedding on the shared embed queue: kombu serves priority 0
@@ -69,6 +72,7 @@ TIME_LIMITS: dict[str, int] = {
     THREAD_REPLY: 60,
     REANALYZE: 60,
     RECORD_HISTORY: 60,
+    INTAKE_BATCH: 120,
 }
 
 
@@ -90,7 +94,7 @@ RESTORE_SWEEP_S = 5  # how often a worker looks for messages whose holder stoppe
 # nobody reads them from the result backend, so they are not stored there (a failure still is,
 # and marks the rest of the chain failed). The chain's last result (analyze's, or notify's when
 # analyze handed the post over) is what callers wait on.
-RESULT_NOT_READ = frozenset({EMBED_QUERY, RETRIEVE, RERANK})
+RESULT_NOT_READ = frozenset({EMBED_QUERY, RETRIEVE, RERANK, INTAKE_BATCH})
 
 
 def celery_config(

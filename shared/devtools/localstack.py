@@ -27,7 +27,7 @@ WORKER_GROUPS: dict[str, tuple[Sequence[str], int]] = {
     "embed": (("embed",), 1),
     "rerank": (("rerank",), 1),
     "llm": (("llm",), 1),
-    "cpu": (("retrieve", "index", "notify"), 2),
+    "cpu": (("retrieve", "index", "notify", "intake"), 2),
 }
 
 

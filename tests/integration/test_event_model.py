@@ -106,7 +106,9 @@ def run_ingest(corpus: Corpus, url: str, workdir: Path) -> None:
                 text = (corpus.dir / record["file"]).read_text("utf-8")
                 body = text if record["format"] == "json" else json.dumps({"message": text})
                 reply = client.post(
-                    f"{base}/v1/events", params={"service": service_of(record)}, content=body
+                    f"{base}/v1/events",
+                    params={"service": service_of(record), "wait": "true"},
+                    content=body,
                 )
                 assert reply.status_code == 202, reply.text
                 answer = reply.json()

@@ -43,7 +43,10 @@ def ingest(stack: LocalStack) -> Iterator[Callable[..., str]]:
 def post(url: str, records: list[dict[str, Any]]) -> dict[str, Any]:
     body = "\n".join(json.dumps(r) for r in records)
     r = httpx.post(
-        f"{url}/v1/events", content=body, timeout=120, headers={"Authorization": f"Bearer {TOKEN}"}
+        f"{url}/v1/events?wait=true",
+        content=body,
+        timeout=120,
+        headers={"Authorization": f"Bearer {TOKEN}"},
     )
     assert r.status_code == 202, r.text
     return dict(r.json())

@@ -37,10 +37,16 @@ def ingest_url(stack: LocalStack) -> Iterator[str]:
         proc.stop()
 
 
-def post(url: str, body: bytes | str, headers: dict[str, str] | None = None) -> httpx.Response:
+def post(
+    url: str, body: bytes | str, headers: dict[str, str] | None = None, *, wait: bool = True
+) -> httpx.Response:
+    """With ``wait`` the reply says what became of each record (the tests here read it)."""
     data = body.encode() if isinstance(body, str) else body
     return httpx.post(
-        f"{url}/v1/events", content=data, headers={**AUTH, **(headers or {})}, timeout=30
+        f"{url}/v1/events" + ("?wait=true" if wait else ""),
+        content=data,
+        headers={**AUTH, **(headers or {})},
+        timeout=30,
     )
 
 
@@ -170,3 +176,25 @@ def test_oversized_body_is_413(ingest_url: str) -> None:
 def test_readyz_reports_redis(ingest_url: str) -> None:
     r = httpx.get(f"{ingest_url}/readyz", timeout=10)
     assert r.status_code == 200 and r.json()["status"] == "ready"
+
+
+def test_by_default_a_batch_is_queued_answered_at_once_and_taken_by_the_intake_worker(
+    ingest_url: str, slack_sim: SlackSimulator
+) -> None:
+    service = fresh_service()
+    ids = [uuid.uuid4().hex, uuid.uuid4().hex]
+    records = [
+        json.dumps(event(id=ids[0], service=service, stack=TRACE, message="ZeroDivisionError")),
+        "{not json",
+        # Another function: its own group, its own analysis.
+        json.dumps(
+            event(id=ids[1], service=service, stack=TRACE.replace("_allocate_discount", "_refund"))
+        ),
+    ]
+    r = post(ingest_url, "\n".join(records), wait=False)
+    assert r.status_code == 202, r.text
+    reply = r.json()
+    assert reply["queued"] == 2 and reply["rejected_count"] == 1
+    assert "malformed JSON on line 2" in reply["rejected"][0]["error"]
+    assert "accepted" not in reply  # decided later, by the intake worker
+    assert delivered(slack_sim, ids) == 2

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from shared.core import keys
-from shared.devtools.localstack import Proc, start_ingest, start_redis
+from shared.devtools.localstack import Proc, start_ingest, start_redis, start_worker, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +46,10 @@ class Sink:
 
     def post(self, body: bytes | str, **headers: str) -> httpx.Response:
         data = body.encode() if isinstance(body, str) else body
-        return httpx.post(f"{self.url}/v1/events", content=data, headers=headers, timeout=60)
+        # ?wait=true: these tests read what became of each record in the reply.
+        return httpx.post(
+            f"{self.url}/v1/events?wait=true", content=data, headers=headers, timeout=60
+        )
 
     def total(self) -> int:
         """Occurrences counted over every group."""
@@ -55,6 +58,12 @@ class Sink:
             for k in self.client.scan_iter(match=keys.GROUP_PATTERN)
             if k.count(b":") == 3
         )
+
+    def restart_redis(self) -> None:
+        self.client.close()
+        self.redis_proc.stop()
+        self.redis_proc, _ = start_redis(self.workdir, port=self.port, appendonly=True)
+        self.client = redis.Redis.from_url(self.redis_url)
 
     def close(self) -> None:
         self.ingest.stop()
@@ -87,6 +96,34 @@ def test_a_retried_batch_counts_nothing_twice(sink: Sink) -> None:
     assert all(g["duplicate"] for g in again.json()["groups"])
     assert sink.total() == 50
     assert sink.client.llen("embed") == 1  # one error group, analysed once
+
+
+def test_a_queued_batch_waits_for_an_intake_worker_and_a_batch_taken_twice_counts_once(
+    sink: Sink,
+) -> None:
+    """Without ``?wait``: answered before any worker ran, the batch is in Redis (append-only),
+    and a worker that comes later takes it. Taken again (a worker killed before its ack: the
+    message comes back), nothing is counted twice."""
+    r = httpx.post(f"{sink.url}/v1/events", content=ndjson(40), timeout=60)
+    assert r.status_code == 202 and r.json()["queued"] == 40
+    [message] = sink.client.lrange("intake", 0, -1)
+    assert sink.total() == 0  # no worker yet: nothing was taken
+    sink.restart_redis()  # what Redis had when it answered survives a restart
+    env = {"TRACEHOUND_REDIS_URL": sink.redis_url, "TRACEHOUND_DATA_DIR": str(sink.workdir)}
+    worker = start_worker("intake", ["intake"], 1, sink.workdir, env)
+    try:
+        wait_until(lambda: sink.total() == 40, 60, "the queued batch taken")
+        assert sink.client.llen("embed") == 1  # one error group, one analysis started
+        sink.client.lpush("intake", message)  # the same batch delivered again
+        # Out of the list, then acknowledged (kombu's "unacked" hash) once the task returned.
+        wait_until(
+            lambda: sink.client.llen("intake") == 0 and sink.client.hlen("unacked") == 0,
+            60,
+            "the batch taken again",
+        )
+        assert sink.total() == 40 and sink.client.llen("embed") == 1
+    finally:
+        worker.stop()
 
 
 def test_the_same_record_twice_in_one_batch_is_two_occurrences(sink: Sink) -> None:

@@ -76,7 +76,7 @@ def child(data_dir: Path, name: str) -> stackfile.ChildState:
 def post_error(ingest_url: str, service: str) -> dict:
     # Each post its own event id: a replay of one id would count once, whatever the groups.
     event = {"id": uuid.uuid4().hex, "service": service, "repo": REPO, "stack": TRACE}
-    r = httpx.post(f"{ingest_url}/v1/events", json=event, timeout=30)
+    r = httpx.post(f"{ingest_url}/v1/events?wait=true", json=event, timeout=30)
     assert r.status_code == 202, r.text
     return r.json()["groups"][0]
 

@@ -26,17 +26,18 @@ TASK_NAMES = [
     queues.THREAD_REPLY,
     queues.REANALYZE,
     queues.RECORD_HISTORY,
+    queues.INTAKE_BATCH,
 ]
 
 
-def test_there_are_six_queues_three_of_them_for_models() -> None:
+def test_there_are_seven_queues_three_of_them_for_models() -> None:
     assert set(queues.MODEL_QUEUES) == {"embed", "rerank", "llm"}
-    assert set(queues.CPU_QUEUES) == {"retrieve", "index", "notify"}
-    assert len(set(queues.ALL_QUEUES)) == 6
+    assert set(queues.CPU_QUEUES) == {"retrieve", "index", "notify", "intake"}
+    assert len(set(queues.ALL_QUEUES)) == 7
 
 
 @pytest.mark.parametrize("name", TASK_NAMES)
-def test_every_task_is_routed_to_one_of_the_six_queues(name: str) -> None:
+def test_every_task_is_routed_to_one_of_the_seven_queues(name: str) -> None:
     assert queues.ROUTES[name] in queues.ALL_QUEUES
 
 

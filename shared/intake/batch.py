@@ -1,0 +1,240 @@
+"""A batch of records as shippers send it: decoded (bounded), then each through the event model.
+
+Used where a batch is taken: ``POST /v1/events`` with ``?wait=true`` (producers/ingest.py),
+and the ``intake_batch`` task that takes what the endpoint queued (workers/tasks/intake.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict
+
+from shared.core.domain import ErrorEvent
+from shared.core.errors import PermanentError
+from shared.intake.events import Ignored, from_record, from_text
+
+if TYPE_CHECKING:
+    from shared.intake.submit import Intake
+
+log = logging.getLogger(__name__)
+
+MAX_DEPTH = 64  # JSON nesting a log record never needs; deeper is refused, not recursed into
+
+
+class BodyError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Batch:
+    accepted: list[ErrorEvent] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    ignored: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _depth_ok(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` nests at most ``limit`` levels (iteratively: no recursion to exhaust)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return True
+
+
+def loads(text: str | bytes, where: str) -> Any:
+    try:
+        # orjson: 3.5 times the standard library's speed on a trace-sized record; its errors
+        # are json.JSONDecodeError too. Its own nesting limit (1024) raises one of those.
+        value = orjson.loads(text)
+    except RecursionError as exc:
+        raise BodyError(400, f"{where}: JSON nested deeper than {MAX_DEPTH} levels") from exc
+    if not _depth_ok(value):
+        raise BodyError(400, f"{where}: JSON nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _array_items(text: str, max_records: int) -> Iterator[Any]:
+    """The elements of a JSON array, decoded one by one: a 10 MB array of tiny records is
+    refused at record ``max_records + 1`` instead of being built whole in memory."""
+    decoder = json.JSONDecoder()
+    i, n, count = 1, len(text), 0
+    while True:
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        if i < n and text[i] == "]" and count == 0:
+            return
+        try:
+            value, i = decoder.raw_decode(text, i)
+        except RecursionError as exc:
+            raise BodyError(400, f"record {count}: JSON nested too deeply") from exc
+        except json.JSONDecodeError as exc:
+            raise BodyError(400, f"malformed JSON array at character {exc.pos}: {exc.msg}") from exc
+        count += 1
+        if count > max_records:
+            raise BodyError(413, f"more than {max_records} records in one request")
+        if not _depth_ok(value):
+            raise BodyError(400, f"record {count - 1}: JSON nested deeper than {MAX_DEPTH} levels")
+        yield value
+        while i < n and text[i] in " \t\r\n":
+            i += 1
+        if i < n and text[i] == ",":
+            i += 1
+            continue
+        if i < n and text[i] == "]" and not text[i + 1 :].strip():
+            return
+        raise BodyError(400, f"malformed JSON array at character {i}")
+
+
+def decode_records(body: bytes, *, max_records: int = 10_000) -> list[Any]:
+    """One object, an array, or NDJSON; a malformed NDJSON line is one bad record, not all.
+    More than ``max_records`` records is a 413, decided before they are all decoded."""
+    text = body.decode("utf-8", errors="replace").strip()
+    if not text:
+        raise BodyError(400, "empty body: send a JSON object, a JSON array or NDJSON")
+    if text.startswith("["):
+        return list(_array_items(text, max_records))
+    if text.count("\n") >= max_records * 2:  # surely too many lines: say so before splitting
+        raise BodyError(413, f"more than {max_records} records in one request")
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if len(lines) > max_records:
+        raise BodyError(413, f"more than {max_records} records in one request")
+    if len(lines) == 1:
+        try:
+            return [loads(text, "body")]
+        except json.JSONDecodeError as whole:
+            raise BodyError(
+                400, f"malformed JSON: {whole.msg} at line {whole.lineno} column {whole.colno}"
+            ) from whole
+    try:
+        return [loads(text, "body")]  # one object pretty-printed over several lines
+    except json.JSONDecodeError:
+        pass
+    records: list[Any] = []
+    for n, line in enumerate(lines, start=1):
+        try:
+            records.append(loads(line, f"line {n}"))
+        except json.JSONDecodeError as exc:
+            records.append(BodyError(400, f"malformed JSON on line {n}: {exc.msg}"))
+        except BodyError as exc:
+            records.append(exc)
+    return records
+
+
+def record_id(record: Any, batch_digest: str, index: int) -> str:
+    """The id a shipper's retry repeats: the record's own ``id``, else a hash of the request
+    body and the record's place in it. A retried batch is the same body (Vector and Fluent Bit
+    resend the same request), so its events get the same ids; two identical records — the same
+    error twice in one millisecond — are still two events."""
+    if isinstance(record, dict) and record.get("id") not in (None, ""):
+        return str(record["id"])[:200]
+    return hashlib.sha1(f"{batch_digest}:{index}".encode()).hexdigest()[:32]
+
+
+def parse_batch(
+    records: list[Any],
+    *,
+    service: str | None,
+    max_trace_bytes: int,
+    default_service: str | None = None,
+    batch_digest: str = "",
+) -> Batch:
+    """Each record through the one event model (shared/intake/events.py): a JSON object, or a
+    JSON string holding a trace or log text; what is not an error is ignored with the reason.
+
+    ``service`` (the request's ``?service=``) names every record's service; without it a
+    record's own ``service`` field does, else the server's ``default_service``.
+    """
+    batch = Batch()
+    for i, record in enumerate(records):
+        if isinstance(record, BodyError):
+            batch.rejected.append({"index": i, "error": str(record)})
+            continue
+        try:
+            if isinstance(record, dict):
+                own = record.get("service") not in (None, "")
+                found = from_record(
+                    record,
+                    origin="sent",
+                    service=service or (None if own else default_service),
+                    repo=None,
+                    max_bytes=max_trace_bytes,
+                )
+            elif isinstance(record, str):
+                found = from_text(
+                    record,
+                    origin="sent",
+                    service=service or default_service,
+                    repo=None,
+                    max_bytes=max_trace_bytes,
+                )
+            else:
+                raise PermanentError(
+                    f"event must be a JSON object or string, got {type(record).__name__}"
+                )
+        except PermanentError as exc:
+            batch.rejected.append({"index": i, "error": str(exc)})
+        except ValueError as exc:  # pydantic: a field of the wrong type
+            batch.rejected.append({"index": i, "error": _first_line(str(exc))})
+        else:
+            if isinstance(found, Ignored):
+                batch.ignored.append({"index": i, "reason": found.reason})
+            else:
+                event_id = record_id(record, batch_digest, i)
+                batch.accepted.append(found.model_copy(update={"id": event_id}))
+    return batch
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " ".join(lines[1:3]) if len(lines) > 1 else text
+
+
+class QueuedBatch(BaseModel):
+    """A request's batch as ``POST /v1/events`` queues it for the ``intake_batch`` task."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    body: str  # the decompressed request body
+    digest: str  # of the body and the query: the events' ids come from it, as a retry repeats it
+    service: str | None = None  # the request's ?service=
+    default_service: str | None = None  # the server's --service
+    max_records: int = 10_000
+
+
+def take_batch(queued: QueuedBatch, intake: Intake, *, max_trace_bytes: int) -> dict[str, int]:
+    """A queued batch through the event model and intake, as ``?wait=true`` takes it at once.
+    Redis errors propagate (the task retries); refused records are logged with the reason."""
+    try:
+        records = decode_records(queued.body.encode(), max_records=queued.max_records)
+    except BodyError as exc:  # the endpoint checked it: only a changed limit can get here
+        log.warning("intake.unreadable", extra={"batch": queued.digest[:12], "error": str(exc)})
+        return {"accepted": 0, "rejected": 1, "ignored": 0, "new": 0}
+    batch = parse_batch(
+        records,
+        service=queued.service,
+        max_trace_bytes=max_trace_bytes,
+        default_service=queued.default_service,
+        batch_digest=queued.digest,
+    )
+    submitted = intake.submit_many(batch.accepted) if batch.accepted else []
+    for refused in batch.rejected:
+        log.warning("intake.rejected", extra={"batch": queued.digest[:12], **refused})
+    return {
+        "accepted": len(batch.accepted),
+        "rejected": len(batch.rejected),
+        "ignored": len(batch.ignored),
+        "new": sum(s.new for s in submitted),
+    }

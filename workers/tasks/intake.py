@@ -1,0 +1,38 @@
+"""Taking a batch the ingest endpoint queued: ``intake_batch`` [intake].
+
+``POST /v1/events`` (producers/ingest.py) checks a batch's JSON, LPUSHes it here in one
+message and answers 202 at once; this task runs each record through the event model and
+intake (redaction, grouping, counting, starting analyses) exactly as the endpoint does with
+``?wait=true``. Records that the event model refuses are logged with the reason
+(``intake.rejected``). Redis out of reach is retried for as long as it takes: an accepted batch
+is never dropped, and a batch taken twice (a worker killed mid-batch) counts each event once,
+since event ids come from the batch's digest and the record's place in it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis
+from kombu.exceptions import OperationalError
+
+from shared.core import queues as q
+from shared.core.errors import TransientError
+from shared.intake.batch import QueuedBatch, take_batch
+from workers import context
+from workers.app import app, task_options
+from workers.retry import retry
+
+log = logging.getLogger(__name__)
+
+
+@app.task(**task_options(q.INTAKE_BATCH, retry_forever=True))
+def intake_batch(self: Any, payload: dict[str, Any]) -> dict[str, int]:
+    """One queued batch through the event model and intake; a Redis failure is retried."""
+    ctx = context.clients()
+    queued = QueuedBatch.model_validate(payload)
+    try:
+        return take_batch(queued, ctx.intake, max_trace_bytes=ctx.settings.max_trace_bytes)
+    except (redis.RedisError, OperationalError, OSError) as exc:
+        raise retry(self, TransientError(f"{type(exc).__name__}: {exc}"), forever=True) from exc
