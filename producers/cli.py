@@ -468,8 +468,18 @@ def eval_(
     cache_dir: Annotated[
         Path | None, typer.Option(help="Chunk-embedding cache (default DATA_DIR/eval-cache).")
     ] = None,
+    cv: Annotated[
+        str | None,
+        typer.Option(
+            "--cv",
+            help="'repo': also choose the fusion constants by leave-one-repo-out and print "
+            "in-sample and cross-validated scores side by side.",
+        ),
+    ] = None,
 ) -> None:
     """Measure retrieval on bug-localization cases: file-level Recall@1/3/5/10 and MRR per mode."""
+    from shared.devtools.crossval import Collector, leave_one_repo_out
+    from shared.devtools.crossval import render as render_cv
     from shared.devtools.eval import (
         BASE_MODES,
         MODE_SIGNALS,
@@ -482,6 +492,7 @@ def eval_(
         run_eval,
     )
     from shared.models.reranker import HttpReranker
+    from shared.retrieve.hybrid import Fusion
     from shared.retrieve.priors import PathPrior
 
     settings = load_settings()
@@ -513,6 +524,12 @@ def eval_(
     except (OSError, ValueError, PermanentError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
+    if cv not in (None, "repo"):
+        err.print(f"[red]--cv {cv}: only 'repo' (leave one repository out) is known")
+        raise typer.Exit(2)
+    if cv and "all" not in wanted:
+        wanted.append("all")  # the signals the cross-validation re-fuses come from it
+    collector = Collector()
     cache = EmbeddingCache((cache_dir or settings.data_dir / "eval-cache") / "vectors.sqlite")
     try:
         report = run_eval(
@@ -527,6 +544,7 @@ def eval_(
             prior=PathPrior.from_settings(settings),
             shown=settings.top_k,
             on_event=lambda msg: err.print(msg, highlight=False),
+            on_case=collector if cv else None,
         )
     except PermanentError as exc:
         err.print(f"[red]error:[/red] {exc}")
@@ -538,6 +556,15 @@ def eval_(
         out.print(line, highlight=False)
     for skipped in report.skipped:
         err.print(f"skipped {skipped['id']}: {skipped['reason']}", highlight=False)
+    if cv:
+        base = Fusion(rrf_k=settings.rrf_k)
+        crossed = leave_one_repo_out(
+            collector.cases, base, settings.demote_paths, settings.demote_weight
+        )
+        out.print(render_cv(crossed))
+        out.print(f"chosen on every case: {crossed.in_sample}", highlight=False)
+        for repo, label in crossed.chosen.items():
+            out.print(f"held out {repo} ({crossed.repos[repo]} cases): {label}", highlight=False)
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(report.to_json(), indent=1), "utf-8")

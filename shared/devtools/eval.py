@@ -31,7 +31,7 @@ from shared.intake.frames import PathMapper, parse_frames
 from shared.models.embedder import Embedder
 from shared.models.reranker import Reranker, relevance, rerank_candidates
 from shared.retrieve.evidence import lexical_overlap
-from shared.retrieve.hybrid import hybrid_retrieve
+from shared.retrieve.hybrid import Ranking, hybrid_retrieve
 from shared.retrieve.keywords import chunks_covering, defining, symbol_table
 from shared.retrieve.query import build_query
 
@@ -326,6 +326,7 @@ def run_eval(
     shown: int = 5,
     keep_files: int = 20,
     on_event: Callable[[str], None] | None = None,
+    on_case: Callable[[Case, Sequence[Ranking]], None] | None = None,
 ) -> EvalReport:
     """Every case's ranked files per mode; cases are grouped so each corpus is indexed once.
 
@@ -393,6 +394,7 @@ def run_eval(
                     prior=prior,
                 )
                 candidates = found.candidates
+                _hand_signals(on_case, mode, case, found.rankings)
                 if mode.endswith(RERANK_SUFFIX) and reranker is not None and candidates:
                     candidates = rerank_candidates(
                         query, candidates, reranker, top_k=len(candidates)
@@ -426,6 +428,17 @@ def run_eval(
         suggested = suggest_threshold(points)
         report.overlap_calibration[mode] = suggested.to_json() if suggested else None
     return report
+
+
+def _hand_signals(
+    on_case: Callable[[Case, Sequence[Ranking]], None] | None,
+    mode: str,
+    case: Case,
+    rankings: Sequence[Ranking],
+) -> None:
+    """The signals of what the pipeline runs (mode ``all``), as retrieved (crossval.py)."""
+    if on_case is not None and mode == "all":
+        on_case(case, rankings)
 
 
 class SimulatorEmbedder:

@@ -10,7 +10,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from shared.core.domain import Candidate, ChunkHit
 from shared.core.errors import TracehoundError, TransientError
 from shared.intake.frames import Frame, PathMapper, parse_frames
-from shared.retrieve.fusion import group_by_file, reciprocal_rank_fusion
+from shared.retrieve.fusion import FILE_DECAY, RRF_K, group_by_file, reciprocal_rank_fusion
 from shared.retrieve.keywords import KeywordIndex
 from shared.retrieve.query import named_symbols
 
@@ -28,6 +28,41 @@ VENDORED_WEIGHT = 0.25
 # Code defining a name the error mentions (``export_text``, ``LogisticRegressionCV``) counts as
 # much as one retriever's vote: a name can be the caller's as well as the culprit's.
 SYMBOL_WEIGHT = 1.0
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How the signals' rankings become ranked files: a weight per signal in the reciprocal
+    rank fusion, its k, and the per-file decay of chunk scores (shared/retrieve/fusion.py).
+    ``tracehound eval --cv repo`` chooses among such values by leave-one-repo-out."""
+
+    vector: float = 1.0
+    bm25: float = 1.0
+    frames: float = FRAME_WEIGHT  # vendored frames count VENDORED_WEIGHT of it
+    symbols: float = SYMBOL_WEIGHT
+    rrf_k: int = RRF_K
+    decay: float = FILE_DECAY
+
+    def weight(self, signal: str) -> float:
+        if signal == "vendored":
+            return self.frames * VENDORED_WEIGHT
+        return float(getattr(self, signal))
+
+
+# A signal's ranking: ("vector" | "bm25" | "frames" | "vendored" | "symbols", chunks best first).
+Ranking = tuple[str, list[ChunkHit]]
+
+
+def fuse(
+    rankings: Sequence[Ranking], fusion: Fusion, prior: Callable[[str], float] | None = None
+) -> list[Candidate]:
+    """Files ranked from the signals' rankings (each weighted as ``fusion`` says)."""
+    fused = reciprocal_rank_fusion(
+        [hits for _, hits in rankings],
+        k=fusion.rrf_k,
+        weights=[fusion.weight(signal) for signal, _ in rankings],
+    )
+    return group_by_file(fused, decay=fusion.decay, weight=prior)
 
 
 class VectorSearch(Protocol):
@@ -79,6 +114,7 @@ class Retrieved:
     candidates: list[Candidate]
     notes: list[str] = field(default_factory=list)
     own_frames: int = 0  # chunks at frames of the trace in the repo's own (not vendored) code
+    rankings: list[Ranking] = field(default_factory=list)  # what was fused (the eval refuses)
 
 
 Run = Callable[[str, str, Callable[[], Any]], Any]
@@ -90,13 +126,12 @@ def _located(
     frames: Sequence[Frame] | None,
     locator: ChunkLocator,
     signals: Collection[str],
-    frame_weight: float,
     run: Run,
-) -> tuple[list[tuple[list[ChunkHit], float]], int]:
+) -> tuple[list[Ranking], int]:
     """Rankings found by location: the chunks at the trace's frames (the repo's own code, then
-    vendored copies at a lower weight) and the code defining names the text mentions; and how
-    many chunks the repo's own frames hit."""
-    out: list[tuple[list[ChunkHit], float]] = []
+    vendored copies) and the code defining names the text mentions; and how many chunks the
+    repo's own frames hit."""
+    out: list[Ranking] = []
     own_frames = 0
     if "frames" in signals and frames is not None:
         ranked = run(
@@ -106,16 +141,14 @@ def _located(
             own, vendored = ranked
             own_frames = len(own)
             out += [
-                (ranking, w)
-                for ranking, w in ((own, frame_weight), (vendored, frame_weight * VENDORED_WEIGHT))
-                if ranking
+                (name, hits) for name, hits in (("frames", own), ("vendored", vendored)) if hits
             ]
     if "symbols" in signals and isinstance(locator, SymbolLocator):
         names = named_symbols(text)
         if names:
             hits = run("symbols", "named symbols not used", lambda: locator.defining(repo, names))
             if hits:
-                out.append((hits, SYMBOL_WEIGHT))
+                out.append(("symbols", hits))
     return out, own_frames
 
 
@@ -134,6 +167,7 @@ def hybrid_retrieve(
     signals: Collection[str] = SIGNALS,
     frame_weight: float = FRAME_WEIGHT,
     prior: Callable[[str], float] | None = None,
+    fusion: Fusion | None = None,
 ) -> Retrieved:
     """Dense, BM25, stack-frame and named-symbol candidates fused by reciprocal rank, then
     grouped per file (weighted by ``prior``, e.g. :class:`shared.retrieve.priors.PathPrior`).
@@ -147,7 +181,7 @@ def hybrid_retrieve(
     raised for the task to retry, except with ``degrade`` (the last attempt), where it is noted
     too, so the error still reaches the on-call engineer with whatever could be found.
     """
-    rankings: list[tuple[list[ChunkHit], float]] = []
+    rankings: list[Ranking] = []
     notes: list[str] = []
     own_frames = 0
 
@@ -166,22 +200,18 @@ def hybrid_retrieve(
         locator = keywords
     if locator is not None:
         found_frames = parse_frames(text) if frames is None and "frames" in signals else frames
-        located, own_frames = _located(
-            repo, text, found_frames, locator, signals, frame_weight, run
-        )
+        located, own_frames = _located(repo, text, found_frames, locator, signals, run)
         rankings += located
     if vector is not None and "vector" in signals:
         hits = run("vector", "vector search failed", lambda: vectors.query(repo, vector, depth))
         if hits is not None:
-            rankings.append((hits, 1.0))
+            rankings.append(("vector", hits))
     if "bm25" in signals:
         hits = run("keyword", "keyword search failed", lambda: keywords.search(repo, text, depth))
         if hits is not None:
-            rankings.append((hits, 1.0))
+            rankings.append(("bm25", hits))
     if not rankings:
         notes.append("retrieval: failed, no code context was found")
         return Retrieved([], notes)
-    fused = reciprocal_rank_fusion(
-        [r for r, _ in rankings], k=rrf_k, weights=[w for _, w in rankings]
-    )
-    return Retrieved(group_by_file(fused, weight=prior), notes, own_frames)
+    fusion = fusion or Fusion(frames=frame_weight, rrf_k=rrf_k)
+    return Retrieved(fuse(rankings, fusion, prior), notes, own_frames, rankings)
