@@ -4,6 +4,7 @@ analyze an error, demo."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import sys
@@ -99,6 +100,7 @@ def up(
         simulate,
         ollama_url=settings.ollama_url,
         models=(settings.embed_model, settings.llm_model),
+        slack_listen=settings.slack_app_token is not None,
     )
     if not detach:
         raise typer.Exit(run_up(opts, err=err))
@@ -443,6 +445,21 @@ def tail(
     settings = load_settings()
     err.print(f"tailing {' '.join(patterns)} for {service}", highlight=False)
     run(settings, patterns, service=service, repo=repo, from_start=from_start, state_dir=state_dir)
+
+
+@cli.command("slack-listen")
+def slack_listen() -> None:
+    """Receive button presses from Slack over Socket Mode (TRACEHOUND_SLACK_APP_TOKEN, xapp-…):
+    no public URL needed; each press is acked at once and applied by the notify worker."""
+    from producers.slack_listen import run
+
+    settings = load_settings()
+    if settings.slack_app_token is None:
+        err.print("[red]error:[/red] set TRACEHOUND_SLACK_APP_TOKEN (an xapp-… app-level token)")
+        raise typer.Exit(2)
+    err.print("listening for Slack actions over Socket Mode", highlight=False)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the client closes on the way out
+        run(settings)
 
 
 @cli.command("eval")

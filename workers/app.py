@@ -16,7 +16,12 @@ log = logging.getLogger(__name__)
 
 app = Celery(
     "tracehound",
-    include=["workers.tasks.analysis", "workers.tasks.delivery", "workers.tasks.indexing"],
+    include=[
+        "workers.tasks.actions",
+        "workers.tasks.analysis",
+        "workers.tasks.delivery",
+        "workers.tasks.indexing",
+    ],
 )
 # Renews the messages this worker holds, so only a dead worker's come back (and soon).
 app.steps["consumer"].add(heartbeat.VisibilityHeartbeat)

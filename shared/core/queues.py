@@ -27,6 +27,7 @@ UPDATE_GROUP = "tracehound.update_group"
 THREAD_REPLY = "tracehound.thread_reply"
 REANALYZE = "tracehound.reanalyze"
 RECORD_HISTORY = "tracehound.record_history"
+SLACK_ACTION = "tracehound.slack_action"
 
 ROUTES: dict[str, str] = {
     EMBED_QUERY: "embed",
@@ -44,6 +45,7 @@ ROUTES: dict[str, str] = {
     THREAD_REPLY: "notify",
     REANALYZE: "notify",
     RECORD_HISTORY: "index",
+    SLACK_ACTION: "notify",
 }
 
 # Redis priority of bulk index embedding on the shared embed queue: kombu serves priority 0
@@ -69,6 +71,7 @@ TIME_LIMITS: dict[str, int] = {
     THREAD_REPLY: 60,
     REANALYZE: 60,
     RECORD_HISTORY: 60,
+    SLACK_ACTION: 60,
 }
 
 
