@@ -462,12 +462,98 @@ def slack_listen() -> None:
         run(settings)
 
 
+def _eval_feedback(settings: Settings, export: Path | None, json_out: Path | None) -> None:
+    """``eval --feedback``: the team's labelled answers, searched on the live index."""
+    import redis
+
+    from shared.devtools.eval import calibration_lines, render_table
+    from shared.devtools.feedback_eval import run_feedback_eval
+    from shared.index.corpus import RedisCorpus
+    from shared.index.vectors import ChromaVectorIndex
+    from shared.models.embedder import OllamaEmbedder
+    from shared.notify import feedback
+    from shared.retrieve.keywords import BM25Index
+    from shared.retrieve.priors import PathPrior
+
+    r = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
+    cases = feedback.load(r)
+    if export:
+        export.parent.mkdir(parents=True, exist_ok=True)
+        export.write_text(feedback.as_lines(cases), "utf-8")
+        err.print(f"wrote {len(cases)} cases to {export}", highlight=False)
+    if not cases:
+        err.print("no feedback yet: press Right file / Wrong file on a message first")
+        raise typer.Exit(1)
+    s = settings
+    keywords = BM25Index(RedisCorpus(r))
+    try:
+        report = run_feedback_eval(
+            cases,
+            vectors=ChromaVectorIndex(
+                url=s.chroma_url, path=s.chroma_path, timeout=s.chroma_timeout
+            ),
+            keywords=keywords.current,
+            embedder=OllamaEmbedder(
+                s.embed_base_url, s.embed_model, timeout=s.embed_timeout, batch_size=1
+            ),
+            query_prefix=s.embed_query_prefix,
+            reranker=_reranker(s),
+            depth=s.candidate_depth,
+            rrf_k=s.rrf_k,
+            prior=PathPrior.from_settings(s),
+            shown=s.top_k,
+        )
+    except PermanentError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    table = render_table(report)
+    table.columns[0].header = "service"  # one row per service here, and all of them
+    out.print(table)
+    for line in calibration_lines(report):
+        out.print(line, highlight=False)
+    for skipped in report.skipped:
+        err.print(f"skipped {skipped['id']}: {skipped['reason']}", highlight=False)
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report.to_json(), indent=1), "utf-8")
+
+
+def _reranker(settings: Settings) -> Any:
+    from shared.models.reranker import HttpReranker
+
+    if settings.rerank_backend == "none" or not settings.rerank_url:
+        return None
+    key = settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None
+    return HttpReranker(
+        settings.rerank_backend,
+        settings.rerank_url,
+        settings.rerank_model,
+        timeout=settings.rerank_timeout,
+        api_key=key,
+    )
+
+
 @cli.command("eval")
 def eval_(
-    cases: Annotated[Path, typer.Option(help="Cases, one JSON object a line (bench format).")],
+    cases: Annotated[
+        Path | None, typer.Option(help="Cases, one JSON object a line (bench format).")
+    ] = None,
     corpora: Annotated[
-        Path, typer.Option(help="Holds each case's corpus as <pypi_name>-<pypi_version>/.")
-    ],
+        Path | None,
+        typer.Option(help="Holds each case's corpus as <pypi_name>-<pypi_version>/."),
+    ] = None,
+    feedback: Annotated[
+        bool,
+        typer.Option(
+            "--feedback",
+            help="Measure the live index (Chroma + BM25 in Redis) on the team's Right file / "
+            "Wrong file answers from Slack: Recall@k per service, thresholds suggested.",
+        ),
+    ] = False,
+    export: Annotated[
+        Path | None,
+        typer.Option(help="With --feedback: also write the labelled cases here (JSON lines)."),
+    ] = None,
     modes: Annotated[
         list[str] | None,
         typer.Option("--modes", help="Modes to run (default: all; +rerank with a backend)."),
@@ -498,20 +584,16 @@ def eval_(
         render_table,
         run_eval,
     )
-    from shared.models.reranker import HttpReranker
     from shared.retrieve.priors import PathPrior
 
     settings = load_settings()
-    reranker = None
-    if settings.rerank_backend != "none" and settings.rerank_url:
-        key = settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None
-        reranker = HttpReranker(
-            settings.rerank_backend,
-            settings.rerank_url,
-            settings.rerank_model,
-            timeout=settings.rerank_timeout,
-            api_key=key,
-        )
+    if feedback:
+        _eval_feedback(settings, export, json_out)
+        return
+    if cases is None or corpora is None:
+        err.print("[red]error:[/red] --cases and --corpora are required (or use --feedback)")
+        raise typer.Exit(2)
+    reranker = _reranker(settings)
     wanted = [m for arg in (modes or []) for m in arg.split(",") if m.strip()]
     if not wanted:
         wanted = list(BASE_MODES)

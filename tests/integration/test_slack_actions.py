@@ -4,9 +4,13 @@ by the real notify worker (real Redis, Celery, Chroma; Slack and Ollama simulate
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -322,3 +326,54 @@ def test_a_button_naming_another_group_is_refused(
     wait_activity(slack_sim, mine["ts"], "confirmed")  # the press after it was applied
     assert redis_client.get(keys.group_muted(other["fingerprint"])) is None
     assert redis_client.get(keys.group_muted(mine["fingerprint"])) is None
+
+
+def test_eval_feedback_prints_recall_per_service_on_the_live_index(
+    listener: Listener,
+    posted: Callable[..., dict[str, Any]],
+    slack_sim: SlackSimulator,
+    redis_client: redis.Redis,
+    stack: LocalStack,
+    tmp_path: Path,
+) -> None:
+    redis_client.delete(keys.FEEDBACK)
+    hit, miss = posted(service="shop-feedback-a"), posted(service="shop-feedback-b")
+    press_socket(
+        slack_sim, block_actions(message(slack_sim, hit["ts"]), actions.RIGHT_FILE, user=USER)
+    )
+    press_socket(
+        slack_sim, block_actions(message(slack_sim, miss["ts"]), actions.WRONG_FILE, user=USER)
+    )
+    wait_until(
+        lambda: "th-pick-path" in json.dumps(message(slack_sim, miss["ts"])["blocks"]),
+        60,
+        "the path input",
+    )
+    typed = block_actions(
+        message(slack_sim, miss["ts"]), actions.TYPE_PATH, user=USER, typed="shopapp/absent.py"
+    )
+    press_socket(slack_sim, typed)
+    wait_until(lambda: redis_client.hlen(keys.FEEDBACK) == 2, 60, "two labelled cases")
+
+    export = tmp_path / "feedback.jsonl"
+    env = {**os.environ, **stack.env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, "-m", "producers.cli", "eval", "--feedback", "--export", str(export)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 3}
+    assert {"shop-feedback-a", "shop-feedback-b", "all"} <= set(rows)
+    assert "1.000" in rows["shop-feedback-a"] and "0.000" in rows["shop-feedback-b"]
+    assert "TRACEHOUND_MIN_RELEVANCE=" in out  # the stack reranks: from the team's labels
+    # The same cases as a file `tracehound eval --cases` reads.
+    from shared.devtools.eval import load_cases
+
+    cases = load_cases(export)
+    assert {c.gold for c in cases} == {(BUGGY,), ("shopapp/absent.py",)}
+    assert {c.corpus.split("-")[0] for c in cases} == {REPO}
