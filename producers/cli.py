@@ -466,7 +466,6 @@ def _eval_feedback(settings: Settings, export: Path | None, json_out: Path | Non
     """``eval --feedback``: the team's labelled answers, searched on the live index."""
     import redis
 
-    from shared.devtools.eval import calibration_lines, render_table
     from shared.devtools.feedback_eval import run_feedback_eval
     from shared.index.corpus import RedisCorpus
     from shared.index.vectors import ChromaVectorIndex
@@ -506,8 +505,15 @@ def _eval_feedback(settings: Settings, export: Path | None, json_out: Path | Non
     except PermanentError as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
+    _print_report(report, json_out, rows="service")  # one row per service, and all of them
+
+
+def _print_report(report: Any, json_out: Path | None, *, rows: str = "mode") -> None:
+    """An eval report's table, suggested thresholds and skipped cases; the JSON if asked."""
+    from shared.devtools.eval import calibration_lines, render_table
+
     table = render_table(report)
-    table.columns[0].header = "service"  # one row per service here, and all of them
+    table.columns[0].header = rows
     out.print(table)
     for line in calibration_lines(report):
         out.print(line, highlight=False)
@@ -516,6 +522,7 @@ def _eval_feedback(settings: Settings, export: Path | None, json_out: Path | Non
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(report.to_json(), indent=1), "utf-8")
+        err.print(f"wrote {json_out}", highlight=False)
 
 
 def _reranker(settings: Settings) -> Any:
@@ -578,10 +585,8 @@ def eval_(
         MODE_SIGNALS,
         RERANK_SUFFIX,
         EmbeddingCache,
-        calibration_lines,
         load_cases,
         make_embedder,
-        render_table,
         run_eval,
     )
     from shared.retrieve.priors import PathPrior
@@ -632,15 +637,7 @@ def eval_(
         raise typer.Exit(2) from exc
     finally:
         cache.close()
-    out.print(render_table(report))
-    for line in calibration_lines(report):
-        out.print(line, highlight=False)
-    for skipped in report.skipped:
-        err.print(f"skipped {skipped['id']}: {skipped['reason']}", highlight=False)
-    if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(report.to_json(), indent=1), "utf-8")
-        err.print(f"wrote {json_out}", highlight=False)
+    _print_report(report, json_out)
 
 
 @cli.command()

@@ -313,18 +313,7 @@ def _muted(inv: Investigation, c: Courier, guard: str, quiet: triage.Muted) -> N
     """A muted group's analysis (its chain started before the mute): kept, not posted."""
     log.info("notify.muted", extra={"event_id": inv.event.id, "until_ms": quiet.until_ms})
     text, blocks = build_message(inv, message_options(c, inv, None))
-    result = Notification(
-        event_id=inv.event.id,
-        destination="muted",
-        text=text,
-        blocks=blocks,
-        notes=inv.notes,
-        top_files=top_files(inv),
-        trail=inv.trail,
-        analysis=inv.analysis,
-    )
-    c.r.set(keys.notified(guard), result.model_dump_json(), ex=NOTIFIED_TTL)
-    return result
+    return _keep_result(inv, c, guard, Delivery("muted"), text, blocks)
 
 
 def _revise(inv: Investigation, c: Courier) -> Notification:
@@ -399,6 +388,18 @@ def _record(
         remember_case(c.r, group.fingerprint, inv)
         if inv.revises is None:  # a new message: the last one's "who did what" is not its
             c.r.delete(keys.group_activity(group.fingerprint))
+    return _keep_result(inv, c, guard, delivery, text, blocks)
+
+
+def _keep_result(
+    inv: Investigation,
+    c: Courier,
+    guard: str,
+    delivery: Delivery,
+    text: str,
+    blocks: list[dict[str, Any]],
+) -> Notification:
+    """The result under the claim, which answers every later run of this delivery."""
     result = Notification(
         event_id=inv.event.id,
         destination=delivery.destination,

@@ -90,6 +90,10 @@ def posted(intake: Intake, slack_sim: SlackSimulator) -> Callable[..., dict[str,
     return post
 
 
+def has_block(slack_sim: SlackSimulator, ts: str, block_id: str) -> bool:
+    return any(b.get("block_id") == block_id for b in message(slack_sim, ts)["blocks"])
+
+
 def press_socket(slack_sim: SlackSimulator, payload: dict[str, Any]) -> None:
     envelope = slack_sim.socket_mode.deliver(payload)
     ack = slack_sim.socket_mode.wait_ack(envelope, timeout=3.0)  # Slack's limit
@@ -157,7 +161,7 @@ def test_wrong_file_offers_the_candidates_then_a_pick_or_a_typed_path_is_the_gol
     ts, fp = result["ts"], result["fingerprint"]
     press_socket(slack_sim, block_actions(message(slack_sim, ts), actions.WRONG_FILE, user=USER))
     wait_until(
-        lambda: any(b.get("block_id") == "th-pick" for b in message(slack_sim, ts)["blocks"]),
+        lambda: has_block(slack_sim, ts, "th-pick"),
         60,
         "the file picker",
     )
@@ -171,7 +175,7 @@ def test_wrong_file_offers_the_candidates_then_a_pick_or_a_typed_path_is_the_gol
     wait_until(lambda: (feedback_of(redis_client, fp) or {}).get("answer") == "wrong", 60, "pick")
     assert feedback_of(redis_client, fp)["gold_files"] == [options[1]]  # type: ignore[index]
     wait_until(
-        lambda: not any(b.get("block_id") == "th-pick" for b in message(slack_sim, ts)["blocks"]),
+        lambda: not has_block(slack_sim, ts, "th-pick"),
         60,
         "the picker removed",
     )
@@ -180,7 +184,7 @@ def test_wrong_file_offers_the_candidates_then_a_pick_or_a_typed_path_is_the_gol
     wrong = block_actions(message(slack_sim, ts), actions.WRONG_FILE, user=USER)
     press_socket(slack_sim, wrong)
     wait_until(
-        lambda: any(b.get("block_id") == "th-pick-path" for b in message(slack_sim, ts)["blocks"]),
+        lambda: has_block(slack_sim, ts, "th-pick-path"),
         60,
         "the path input",
     )
@@ -302,7 +306,7 @@ def test_request_url_takes_signed_presses_and_refuses_bad_or_replayed_ones(
     body, headers = signed_request(wrong, SLACK_SIGNING_SECRET)
     assert post_signed(ingest_url, body, headers).status_code == 200
     wait_until(
-        lambda: any(b.get("block_id") == "th-pick" for b in message(slack_sim, ts)["blocks"]),
+        lambda: has_block(slack_sim, ts, "th-pick"),
         60,
         "the file picker",
     )
