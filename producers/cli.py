@@ -4,6 +4,7 @@ analyze an error, demo."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import sys
@@ -99,6 +100,7 @@ def up(
         simulate,
         ollama_url=settings.ollama_url,
         models=(settings.embed_model, settings.llm_model),
+        slack_listen=settings.slack_app_token is not None,
     )
     if not detach:
         raise typer.Exit(run_up(opts, err=err))
@@ -445,12 +447,120 @@ def tail(
     run(settings, patterns, service=service, repo=repo, from_start=from_start, state_dir=state_dir)
 
 
+@cli.command("slack-listen")
+def slack_listen() -> None:
+    """Receive button presses from Slack over Socket Mode (TRACEHOUND_SLACK_APP_TOKEN, xapp-…):
+    no public URL needed; each press is acked at once and applied by the notify worker."""
+    from producers.slack_listen import run
+
+    settings = load_settings()
+    if settings.slack_app_token is None:
+        err.print("[red]error:[/red] set TRACEHOUND_SLACK_APP_TOKEN (an xapp-… app-level token)")
+        raise typer.Exit(2)
+    err.print("listening for Slack actions over Socket Mode", highlight=False)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the client closes on the way out
+        run(settings)
+
+
+def _eval_feedback(settings: Settings, export: Path | None, json_out: Path | None) -> None:
+    """``eval --feedback``: the team's labelled answers, searched on the live index."""
+    import redis
+
+    from shared.devtools.feedback_eval import run_feedback_eval
+    from shared.index.corpus import RedisCorpus
+    from shared.index.vectors import ChromaVectorIndex
+    from shared.models.embedder import OllamaEmbedder
+    from shared.notify import feedback
+    from shared.retrieve.keywords import BM25Index
+    from shared.retrieve.priors import PathPrior
+
+    r = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
+    cases = feedback.load(r)
+    if export:
+        export.parent.mkdir(parents=True, exist_ok=True)
+        export.write_text(feedback.as_lines(cases), "utf-8")
+        err.print(f"wrote {len(cases)} cases to {export}", highlight=False)
+    if not cases:
+        err.print("no feedback yet: press Right file / Wrong file on a message first")
+        raise typer.Exit(1)
+    s = settings
+    keywords = BM25Index(RedisCorpus(r))
+    try:
+        report = run_feedback_eval(
+            cases,
+            vectors=ChromaVectorIndex(
+                url=s.chroma_url, path=s.chroma_path, timeout=s.chroma_timeout
+            ),
+            keywords=keywords.current,
+            embedder=OllamaEmbedder(
+                s.embed_base_url, s.embed_model, timeout=s.embed_timeout, batch_size=1
+            ),
+            query_prefix=s.embed_query_prefix,
+            reranker=_reranker(s),
+            depth=s.candidate_depth,
+            rrf_k=s.rrf_k,
+            prior=PathPrior.from_settings(s),
+            shown=s.top_k,
+        )
+    except PermanentError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    _print_report(report, json_out, rows="service")  # one row per service, and all of them
+
+
+def _print_report(report: Any, json_out: Path | None, *, rows: str = "mode") -> None:
+    """An eval report's table, suggested thresholds and skipped cases; the JSON if asked."""
+    from shared.devtools.eval import calibration_lines, render_table
+
+    table = render_table(report)
+    table.columns[0].header = rows
+    out.print(table)
+    for line in calibration_lines(report):
+        out.print(line, highlight=False)
+    for skipped in report.skipped:
+        err.print(f"skipped {skipped['id']}: {skipped['reason']}", highlight=False)
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report.to_json(), indent=1), "utf-8")
+        err.print(f"wrote {json_out}", highlight=False)
+
+
+def _reranker(settings: Settings) -> Any:
+    from shared.models.reranker import HttpReranker
+
+    if settings.rerank_backend == "none" or not settings.rerank_url:
+        return None
+    key = settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None
+    return HttpReranker(
+        settings.rerank_backend,
+        settings.rerank_url,
+        settings.rerank_model,
+        timeout=settings.rerank_timeout,
+        api_key=key,
+    )
+
+
 @cli.command("eval")
 def eval_(
-    cases: Annotated[Path, typer.Option(help="Cases, one JSON object a line (bench format).")],
+    cases: Annotated[
+        Path | None, typer.Option(help="Cases, one JSON object a line (bench format).")
+    ] = None,
     corpora: Annotated[
-        Path, typer.Option(help="Holds each case's corpus as <pypi_name>-<pypi_version>/.")
-    ],
+        Path | None,
+        typer.Option(help="Holds each case's corpus as <pypi_name>-<pypi_version>/."),
+    ] = None,
+    feedback: Annotated[
+        bool,
+        typer.Option(
+            "--feedback",
+            help="Measure the live index (Chroma + BM25 in Redis) on the team's Right file / "
+            "Wrong file answers from Slack: Recall@k per service, thresholds suggested.",
+        ),
+    ] = False,
+    export: Annotated[
+        Path | None,
+        typer.Option(help="With --feedback: also write the labelled cases here (JSON lines)."),
+    ] = None,
     modes: Annotated[
         list[str] | None,
         typer.Option("--modes", help="Modes to run (default: all; +rerank with a backend)."),
@@ -485,27 +595,21 @@ def eval_(
         MODE_SIGNALS,
         RERANK_SUFFIX,
         EmbeddingCache,
-        calibration_lines,
         load_cases,
         make_embedder,
-        render_table,
         run_eval,
     )
-    from shared.models.reranker import HttpReranker
     from shared.retrieve.hybrid import Fusion
     from shared.retrieve.priors import PathPrior
 
     settings = load_settings()
-    reranker = None
-    if settings.rerank_backend != "none" and settings.rerank_url:
-        key = settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None
-        reranker = HttpReranker(
-            settings.rerank_backend,
-            settings.rerank_url,
-            settings.rerank_model,
-            timeout=settings.rerank_timeout,
-            api_key=key,
-        )
+    if feedback:
+        _eval_feedback(settings, export, json_out)
+        return
+    if cases is None or corpora is None:
+        err.print("[red]error:[/red] --cases and --corpora are required (or use --feedback)")
+        raise typer.Exit(2)
+    reranker = _reranker(settings)
     wanted = [m for arg in (modes or []) for m in arg.split(",") if m.strip()]
     if not wanted:
         wanted = list(BASE_MODES)
@@ -551,11 +655,7 @@ def eval_(
         raise typer.Exit(2) from exc
     finally:
         cache.close()
-    out.print(render_table(report))
-    for line in calibration_lines(report):
-        out.print(line, highlight=False)
-    for skipped in report.skipped:
-        err.print(f"skipped {skipped['id']}: {skipped['reason']}", highlight=False)
+    _print_report(report, json_out)
     if cv:
         base = Fusion(rrf_k=settings.rrf_k)
         crossed = leave_one_repo_out(
@@ -565,10 +665,6 @@ def eval_(
         out.print(f"chosen on every case: {crossed.in_sample}", highlight=False)
         for repo, label in crossed.chosen.items():
             out.print(f"held out {repo} ({crossed.repos[repo]} cases): {label}", highlight=False)
-    if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(report.to_json(), indent=1), "utf-8")
-        err.print(f"wrote {json_out}", highlight=False)
 
 
 @cli.command()

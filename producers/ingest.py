@@ -131,6 +131,7 @@ def create_app(
     read_timeout: float = 30.0,
     sentry_keys: Sequence[str] | None = None,
     sentry_projects: Mapping[str, str] | None = None,
+    slack_signing_secret: str | None = None,
 ) -> Starlette:
     """The ingest ASGI app; ``intake`` redacts, groups and enqueues by task name (no worker
     code is imported). Besides ``/v1/events`` it serves what error SDKs send
@@ -234,6 +235,12 @@ def create_app(
         return JSONResponse({"status": "ready", "warnings": [warning] if warning else []})
 
     limits = SdkLimits(max_body_bytes, max_trace_bytes, max_records, read_timeout)
+    # The Slack app's Request URL for button presses (producers/slack_routes.py), when set up.
+    slack = []
+    if slack_signing_secret:
+        from producers.slack_routes import slack_routes
+
+        slack = slack_routes(intake.app, slack_signing_secret, read_timeout=read_timeout)
     return Starlette(
         routes=[
             Route("/v1/events", events, methods=["POST"]),
@@ -247,6 +254,7 @@ def create_app(
                 limits=limits,
                 default_service=default_service,
             ).routes(),
+            *slack,
         ]
     )
 
@@ -340,5 +348,10 @@ def serve(settings: Settings, *, host: str, port: int, service: str | None) -> N
         read_timeout=settings.ingest_read_timeout,
         sentry_keys=settings.sentry_key_values,
         sentry_projects=settings.sentry_projects,
+        slack_signing_secret=(
+            settings.slack_signing_secret.get_secret_value()
+            if settings.slack_signing_secret
+            else None
+        ),
     )
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

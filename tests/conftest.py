@@ -24,6 +24,7 @@ from shared.devtools.simulators.slack import SlackSimulator
 DATA = Path(__file__).parent / "data"
 SAMPLE_SERVICE = DATA / "sample-service"
 SLACK_CHANNEL = "C0ONCALL"
+SLACK_SIGNING_SECRET = "test-signing-secret"
 
 
 @pytest.fixture(scope="session")
@@ -91,6 +92,10 @@ def stack(
         # Small index drains (production: 128 chunks), so a test's re-index of tens of files
         # is still several bulk tasks on the embed queue for an error's query to overtake.
         "TRACEHOUND_BULK_EMBED_CHUNKS": "8",
+        # A Slack app receives button presses (Socket Mode and the Request URL), so messages
+        # carry the buttons (tests/integration/test_slack_actions.py).
+        "TRACEHOUND_SLACK_APP_TOKEN": "xapp-test-token",
+        "TRACEHOUND_SLACK_SIGNING_SECRET": SLACK_SIGNING_SECRET,
     }
     s = LocalStack(workdir, env)
     try:

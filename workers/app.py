@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 app = Celery(
     "tracehound",
     include=[
+        "workers.tasks.actions",
         "workers.tasks.analysis",
         "workers.tasks.delivery",
         "workers.tasks.indexing",

@@ -14,8 +14,9 @@ from celery.signals import task_postrun, worker_process_init, worker_process_shu
 
 from shared.analyze.cache import AnalysisCache
 from shared.core import queues
+from shared.core.domain import Investigation
 from shared.core.errors import TracehoundError
-from shared.core.pipeline import enqueue_reanalysis, enqueue_thread_reply
+from shared.core.pipeline import enqueue_error, enqueue_reanalysis, enqueue_thread_reply
 from shared.core.settings import Settings
 from shared.index.backlog import EmbedBacklog
 from shared.index.corpus import RedisCorpus
@@ -43,6 +44,7 @@ from shared.notify.notifiers import (
     SlackBotNotifier,
     SlackWebhookNotifier,
 )
+from shared.notify.respond import Responder
 from shared.retrieve.keywords import BM25Index
 from shared.retrieve.priors import PathPrior
 from workers import metrics
@@ -217,11 +219,33 @@ class Clients:
                 min_relevance=s.min_relevance,
                 language=s.language,
                 claim_ttl_s=queues.TIME_LIMITS[queues.NOTIFY] + 30,
+                actions=s.slack_actions,
             ),
             reply_later=self._reply_later,
             on_fallback=metrics.fallback,
             reanalyze_later=self._reanalyze_later,
         )
+
+    @cached_property
+    def responder(self) -> Responder:
+        """What the slack_action task applies buttons with (shared/notify/respond.py)."""
+        courier = self.courier
+        return Responder(
+            r=self.redis,
+            groups=self.groups,
+            notifier=self.notifier,
+            policy=courier.policy,
+            rerun=self._rerun,
+            code_version=self._code_version,
+        )
+
+    def _rerun(self, inv: Investigation) -> None:
+        app = current_app._get_current_object()
+        enqueue_error(app, inv.event, inv.group, revises=inv.revises, rerun=inv.rerun)
+
+    def _code_version(self, repo: str) -> str | None:
+        version = self.history.version(repo)
+        return version.commit if version else None
 
     def _reanalyze_later(self, investigation: dict[str, Any]) -> None:
         app = current_app._get_current_object()
@@ -275,7 +299,7 @@ WARM: dict[str, tuple[str, ...]] = {
     "retrieve": ("keywords", "prior", "redactor", "vectors"),
     "rerank": ("reranker", "model_http"),
     "llm": ("chat", "analysis_cache", "redactor", "model_http", "courier", "groups"),
-    "notify": ("courier", "groups"),
+    "notify": ("courier", "groups", "responder"),
     "intake": ("intake",),
     "index": ("corpus", "vectors", "embed_backlog"),
 }

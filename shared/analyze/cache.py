@@ -37,3 +37,10 @@ class AnalysisCache:
         """Keep a good analysis; a degraded one is never cached (the next occurrence retries)."""
         if identity and not analysis.degraded:
             self.r.set(keys.analysis(identity), analysis.model_dump_json(), ex=self.ttl_s)
+
+
+class FreshAnalysisCache(AnalysisCache):
+    """ "Analyze again" from Slack: the model is asked afresh; its analysis is kept."""
+
+    def get(self, identity: str | None) -> Analysis | None:
+        return None

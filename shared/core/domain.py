@@ -221,6 +221,9 @@ class Investigation(Frozen):
     event: ErrorEvent
     group: GroupRef | None = None
     revises: Posted | None = None  # a second analysis that rewrites this message in place
+    # "Analyze again" from Slack: the action's id. Such a run skips the window's one-analysis
+    # claim and the analysis cache, and rewrites the message once per action.
+    rerun: str | None = None
     query: str = ""
     query_vector: list[float] | None = None
     candidates: list[Candidate] = Field(default_factory=list)

@@ -125,3 +125,42 @@ def host_of_stats_key(key: str) -> str:
 def history(repo: str) -> str:
     """Hash: the commit the repo was indexed at, and its recently changed files' history."""
     return f"{PREFIX}history:{_digest(repo)}"
+
+
+# --- what the on-call said in Slack (shared/intake/triage.py, shared/notify/respond.py) ----
+
+
+def group_muted(fingerprint: str) -> str:
+    """The group is counted but not posted until this key expires (JSON: by, until)."""
+    return f"{group(fingerprint)}:muted"
+
+
+def group_resolved(fingerprint: str) -> str:
+    """The group was resolved (JSON: by, at, the first message's channel, ts and link); its
+    next occurrence posts "Regressed"."""
+    return f"{group(fingerprint)}:resolved"
+
+
+def group_case(fingerprint: str) -> str:
+    """The group's last analysed event and the files its message showed (JSON), for the
+    actions on that message (a re-analysis, the file picker, a labelled case)."""
+    return f"{group(fingerprint)}:case"
+
+
+def group_activity(fingerprint: str) -> str:
+    """Hash: one "who did what" line per kind of action, shown on the group's message."""
+    return f"{group(fingerprint)}:activity"
+
+
+def slack_message(channel: str, ts: str) -> str:
+    """Which group a posted Slack message belongs to: an action names its message (Slack
+    signs that), and the group is found from it, never from a value a client could forge."""
+    return f"{PREFIX}slack:message:{_digest(channel + chr(0) + ts)}"
+
+
+def action_done(action_key: str) -> str:
+    """SET NX: a Slack action whose side effect must happen once (a re-analysis enqueued)."""
+    return f"{PREFIX}slack:action:{_digest(action_key)}"
+
+
+FEEDBACK = f"{PREFIX}feedback"  # hash: fingerprint -> the labelled case (JSON, eval's format)

@@ -3,6 +3,7 @@
     embed_query [embed] → retrieve [retrieve] → rerank [rerank] → analyze + post [llm]
     notify [notify]: a post Slack did not take at once (paced, 429, down), retried there
     update_group, thread_reply [notify]: a group's count updates and thread replies
+    slack_action [notify]: a button pressed on a message (Socket Mode or the Request URL)
     index_files / index_file [index] → embed_backlog [embed]     remove_file, prune_repo [index]
     record_history [index]: the git history index and watch read from the checkout
 
@@ -80,9 +81,14 @@ def _send(
 
 
 def _payload(
-    event: ErrorEvent, group: GroupRef | None = None, revises: Posted | None = None
+    event: ErrorEvent,
+    group: GroupRef | None = None,
+    revises: Posted | None = None,
+    rerun: str | None = None,
 ) -> dict[str, Any]:
     payload: dict[str, Any] = {"event": event.model_dump(mode="json")}
+    if rerun is not None:
+        payload["rerun"] = rerun
     if group is not None:
         payload["group"] = group.model_dump(mode="json")
     if revises is not None:
@@ -91,11 +97,16 @@ def _payload(
 
 
 def analysis_chain(
-    app: Celery, event: ErrorEvent, group: GroupRef | None = None, revises: Posted | None = None
+    app: Celery,
+    event: ErrorEvent,
+    group: GroupRef | None = None,
+    revises: Posted | None = None,
+    rerun: str | None = None,
 ) -> Any:
     """The stages for one error event; each stage passes its result to the next."""
     first, *rest = ANALYSIS_STAGES
-    return chain(_sig(app, first, _payload(event, group, revises)), *(_sig(app, n) for n in rest))
+    payload = _payload(event, group, revises, rerun)
+    return chain(_sig(app, first, payload), *(_sig(app, n) for n in rest))
 
 
 def analysis_message(
@@ -127,13 +138,14 @@ def enqueue_error(
     *,
     task_id: str | None = None,
     revises: Posted | None = None,
+    rerun: str | None = None,
 ) -> AsyncResult:
     """Start an analysis; the returned result is the chain's last (the message sent).
 
     Producers go through shared.intake.submit.Intake, which redacts, groups and calls this
     once per group and window; tests and tools may call it directly for one analysis.
     """
-    return analysis_chain(app, event, group, revises).apply_async(task_id=task_id)
+    return analysis_chain(app, event, group, revises, rerun).apply_async(task_id=task_id)
 
 
 def notify_step(app: Celery, investigation: dict[str, Any]) -> Signature:
@@ -147,6 +159,12 @@ def enqueue_reanalysis(
 ) -> AsyncResult:
     """A degraded message's second chance: once the model host answers, analyse it again."""
     return _send(app, queues.REANALYZE, investigation, countdown=countdown)
+
+
+def enqueue_slack_action(app: Celery, payload: dict[str, Any]) -> AsyncResult:
+    """A button pressed in Slack (its signed payload), applied on the notify queue: the
+    listener acks Slack at once and never waits for the work."""
+    return _send(app, queues.SLACK_ACTION, payload)
 
 
 def enqueue_update_group(app: Celery, fingerprint: str, *, countdown: float) -> AsyncResult:

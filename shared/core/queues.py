@@ -29,6 +29,7 @@ THREAD_REPLY = "tracehound.thread_reply"
 REANALYZE = "tracehound.reanalyze"
 RECORD_HISTORY = "tracehound.record_history"
 INTAKE_BATCH = "tracehound.intake_batch"
+SLACK_ACTION = "tracehound.slack_action"
 
 ROUTES: dict[str, str] = {
     EMBED_QUERY: "embed",
@@ -47,6 +48,7 @@ ROUTES: dict[str, str] = {
     REANALYZE: "notify",
     RECORD_HISTORY: "index",
     INTAKE_BATCH: "intake",
+    SLACK_ACTION: "notify",
 }
 
 # Redis priority of bulk index embedding on the shared embed queue: kombu serves priority 0
@@ -73,6 +75,7 @@ TIME_LIMITS: dict[str, int] = {
     REANALYZE: 60,
     RECORD_HISTORY: 60,
     INTAKE_BATCH: 120,
+    SLACK_ACTION: 60,
 }
 
 

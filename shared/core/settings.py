@@ -206,6 +206,16 @@ class Settings(BaseSettings):
     slack_channel: str | None = None
     slack_webhook_url: SecretStr | None = None
     slack_base_url: str = "https://slack.com/api/"
+    slack_app_token: SecretStr | None = Field(
+        None,
+        description="App-level token (xapp-…, scope connections:write): `tracehound "
+        "slack-listen` receives button presses over Socket Mode, no public URL needed.",
+    )
+    slack_signing_secret: SecretStr | None = Field(
+        None,
+        description="The Slack app's signing secret: ingest serves POST /slack/actions (the "
+        "app's Request URL) and refuses unsigned, wrongly signed or replayed requests.",
+    )
     slack_pace: float = Field(
         1.0, ge=0, description="Seconds between messages to one channel (Slack allows ~1/s)."
     )
@@ -286,6 +296,11 @@ class Settings(BaseSettings):
         if self.rerank_backend != "none" and not self.rerank_url:
             raise ValueError(f"rerank backend {self.rerank_backend!r} needs TRACEHOUND_RERANK_URL")
         return self
+
+    @property
+    def slack_actions(self) -> bool:
+        """Messages carry buttons: a bot token posts them and a Slack app receives presses."""
+        return bool(self.slack_bot_token and (self.slack_app_token or self.slack_signing_secret))
 
     @property
     def embed_base_url(self) -> str:

@@ -328,6 +328,13 @@ def ingest_spec(
     )
 
 
+def slack_listen_spec(env: Mapping[str, str]) -> ChildSpec:
+    """``tracehound slack-listen``: Socket Mode (its token comes from the environment)."""
+    return ChildSpec(
+        "slack-listen", (tracehound_executable(), "slack-listen"), env=dict(env), ready=None
+    )
+
+
 def start_ingest(workdir: Path, env: Mapping[str, str], *args: str) -> tuple[Proc, str]:
     """``tracehound ingest`` on a free port (extra CLI ``args``), ready; (process, URL)."""
     spec = ingest_spec(env, free_port(), *args)

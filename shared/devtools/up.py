@@ -39,6 +39,7 @@ from shared.devtools.localstack import (
     redis_spec,
     simulator_env,
     simulator_spec,
+    slack_listen_spec,
     spawn,
     wait_for_consumers,
     wait_until,
@@ -60,6 +61,7 @@ class UpOptions:
     simulate: bool
     ollama_url: str = ""  # the configured one, checked (not used with --simulate)
     models: tuple[str, ...] = ()  # what it must have pulled
+    slack_listen: bool = False  # TRACEHOUND_SLACK_APP_TOKEN is set: receive button presses
 
 
 def check_data_dir(data_dir: Path) -> str | None:
@@ -230,6 +232,8 @@ def _supervise(opts: UpOptions, err: Console) -> int:
         queues = [q for qs, _ in WORKER_GROUPS.values() for q in qs]
         wait_for_consumers(redis_url, queues, timeout=READY_TIMEOUT)
         sup.start(ingest_spec(env, opts.ingest_port, name="ingest"))
+        if opts.slack_listen:
+            sup.start(slack_listen_spec(env))
         phase = "ready"
         publish()
         log.info("up.ready", extra={"data_dir": str(data_dir), "ingest": ingest_url})

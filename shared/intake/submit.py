@@ -26,6 +26,7 @@ from shared.core.settings import Settings
 from shared.intake.fingerprint import GroupingConfig, fingerprint, load_grouping_config
 from shared.intake.groups import GroupStore, Occurrence
 from shared.intake.redact import Redactor
+from shared.intake.triage import muted_among
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Intake:
             )
         )
         return [
-            Submitted(event.id, fp, occ.new, occ.count, results.get(i), occ.duplicate)
+            Submitted(event.id, fp, i in results, occ.count, results.get(i), occ.duplicate)
             for i, ((event, fp), occ) in enumerate(zip(prepared, occurrences, strict=True))
         ]
 
@@ -94,18 +95,22 @@ class Intake:
         self, prepared: list[tuple[ErrorEvent, str]], occurrences: list[Occurrence]
     ) -> dict[int, AsyncResult]:
         """The analysis chains of the groups that opened a window, with their ``started``
-        marks in the same pipeline: a crash before it lets the replayed event start them."""
+        marks in the same pipeline: a crash before it lets the replayed event start them. A
+        muted group's window is marked started without a chain: counted, not analysed."""
         results: dict[int, AsyncResult] = {}
+        opened = [fp for (_, fp), occ in zip(prepared, occurrences, strict=True) if occ.new]
+        quiet = muted_among(self.groups.r, opened)
         # Intake's Redis is the broker: both are TRACEHOUND_REDIS_URL (intake_for).
         pipe = self.groups.r.pipeline(transaction=False)
         for i, ((event, fp), occ) in enumerate(zip(prepared, occurrences, strict=True)):
             if not occ.new:
                 continue
-            group = GroupRef(fingerprint=fp, window_start=occ.window_start)
-            queue, message, results[i] = analysis_message(self.app, event, group)
-            pipe.lpush(queue, message)
+            if fp not in quiet:
+                group = GroupRef(fingerprint=fp, window_start=occ.window_start)
+                queue, message, results[i] = analysis_message(self.app, event, group)
+                pipe.lpush(queue, message)
             pipe.hset(keys.group(fp), "started", occ.window_start)
-        if results:
+        if opened:
             pipe.execute()
         return results
 

@@ -23,6 +23,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -38,8 +39,12 @@ from shared.core.domain import (
     Posted,
 )
 from shared.core.errors import PermanentError, TransientError
+from shared.intake import triage
 from shared.intake.groups import GroupState, GroupStore
+from shared.notify import actions
+from shared.notify.feedback import remember_case
 from shared.notify.message import (
+    MAX_BLOCKS,
     MessageOptions,
     Occurrences,
     build_message,
@@ -89,6 +94,7 @@ class DeliveryPolicy:
     min_relevance: float = 0.0
     language: str = "en"  # of the message's fixed strings (shared/notify/phrases.py)
     claim_ttl_s: int = 90  # a crashed run's claim frees the window after this
+    actions: bool = False  # buttons on the message (a Slack app receives them)
 
 
 @dataclass
@@ -134,7 +140,10 @@ def needs_second_chance(inv: Investigation) -> bool:
 
 
 def claim_id(inv: Investigation) -> str:
-    """What is delivered once: the group's window, or the event itself without a group."""
+    """What is delivered once: the group's window, or the event itself without a group (an
+    "Analyze again" run: once per press)."""
+    if inv.rerun is not None:
+        return f"rerun:{inv.rerun}"
     group = inv.group
     return f"{group.fingerprint}:{group.window_start}" if group else inv.event.id
 
@@ -162,6 +171,27 @@ def message_options(c: Courier, inv: Investigation, state: GroupState | None) ->
         trace_in_thread=c.notifier.destination == "slack" and bool(inv.event.stacktrace.strip()),
         language=c.policy.language,
     )
+
+
+def _when(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("on %Y-%m-%d at %H:%M UTC")
+
+
+def dressed(
+    c: Courier,
+    inv: Investigation,
+    blocks: list[dict[str, Any]],
+    resolved: triage.Resolved | None = None,
+) -> list[dict[str, Any]]:
+    """The message's blocks with what a Slack app adds: "Regressed" on top when the group was
+    resolved, and the buttons at the bottom."""
+    group = inv.group
+    if resolved is not None:
+        head = actions.regressed_block(resolved.by, _when(resolved.at_ms), resolved.link)
+        blocks = [*blocks[:1], head, *blocks[1:]]
+    if c.policy.actions and group is not None and c.notifier.destination == "slack":
+        blocks = [*blocks, actions.buttons_block(group.fingerprint)]
+    return blocks[:MAX_BLOCKS]
 
 
 def reply_due(state: GroupState, now_ms: int, interval_s: float) -> bool:
@@ -239,10 +269,16 @@ def deliver(inv: Investigation, c: Courier) -> Notification:
     if isinstance(claimed, dict):
         return Notification.model_validate(claimed)
     group = inv.group
+    if group is not None and (quiet := triage.muted(c.r, group.fingerprint)) is not None:
+        return _muted(inv, c, guard, quiet)
     state = c.groups.state(group.fingerprint) if group else None
-    in_thread_of = thread_target(group, state, p.thread_only)
+    resolved = triage.resolved(c.r, group.fingerprint) if group else None
+    in_thread_of = None if resolved else thread_target(group, state, p.thread_only)
     options = message_options(c, inv, state)
     text, blocks = build_message(inv, options)
+    blocks = dressed(c, inv, blocks, resolved)
+    if resolved is not None:
+        text = escape("Regressed: ") + text
     delivery = None
     if isinstance(claimed, Posting):
         # A run claimed this and never recorded a result: it crashed, or its post timed out.
@@ -265,15 +301,24 @@ def deliver(inv: Investigation, c: Courier) -> Notification:
             raise  # else the claim stays: the next run looks for the post before posting
     result = _record(inv, c, guard, delivery, text, blocks, trace=options.trace_in_thread,
                      in_thread_of=in_thread_of)  # fmt: skip
+    if resolved is not None and group is not None:
+        triage.regressed(c.r, group.fingerprint)
     if second_chance and delivery.ts and c.reanalyze_later is not None:
         posted = Posted(channel=delivery.channel, ts=delivery.ts)
         c.reanalyze_later(inv.model_copy(update={"revises": posted}).model_dump(mode="json"))
     return result
 
 
+def _muted(inv: Investigation, c: Courier, guard: str, quiet: triage.Muted) -> Notification:
+    """A muted group's analysis (its chain started before the mute): kept, not posted."""
+    log.info("notify.muted", extra={"event_id": inv.event.id, "until_ms": quiet.until_ms})
+    text, blocks = build_message(inv, message_options(c, inv, None))
+    return _keep_result(inv, c, guard, Delivery("muted"), text, blocks)
+
+
 def _revise(inv: Investigation, c: Courier) -> Notification:
-    """The second analysis of a degraded message: the message rewritten in place (chat.update)
-    with the new analysis, once."""
+    """A second analysis — of a degraded message, or asked for with "Analyze again": the
+    message rewritten in place (chat.update) with the new analysis, once."""
     assert inv.revises is not None
     guard = claim_id(inv) + ":revision"
     claimed = claim(c, guard)
@@ -282,6 +327,10 @@ def _revise(inv: Investigation, c: Courier) -> Notification:
     group = inv.group
     state = c.groups.state(group.fingerprint) if group else None
     text, blocks = build_message(inv, message_options(c, inv, state))
+    blocks = dressed(c, inv, blocks)
+    if group is not None:
+        activity = actions.activity_lines(c.r, group.fingerprint)
+        blocks = actions.with_blocks(blocks, activity=activity, picker=[])
     posted = inv.revises
     try:
         take_slot(c.r, c.policy.channel, c.policy.pace_s)
@@ -330,6 +379,27 @@ def _record(
         c.groups.set_message(
             group.fingerprint, group.window_start, delivery.channel, delivery.ts, text, blocks
         )
+        # The actions on this message find its group (and case) from the message itself.
+        c.r.set(
+            keys.slack_message(delivery.channel or "", delivery.ts),
+            group.fingerprint,
+            ex=NOTIFIED_TTL * 4,
+        )
+        remember_case(c.r, group.fingerprint, inv)
+        if inv.revises is None:  # a new message: the last one's "who did what" is not its
+            c.r.delete(keys.group_activity(group.fingerprint))
+    return _keep_result(inv, c, guard, delivery, text, blocks)
+
+
+def _keep_result(
+    inv: Investigation,
+    c: Courier,
+    guard: str,
+    delivery: Delivery,
+    text: str,
+    blocks: list[dict[str, Any]],
+) -> Notification:
+    """The result under the claim, which answers every later run of this delivery."""
     result = Notification(
         event_id=inv.event.id,
         destination=delivery.destination,
@@ -376,6 +446,7 @@ def update_counts(fingerprint: str, c: Courier) -> int | None:
     occ = occurrences_of(state)
     assert occ is not None
     blocks = with_occurrences(message["blocks"], occ, c.policy.language)
+    blocks = actions.with_blocks(blocks, activity=actions.activity_lines(c.r, fingerprint))
     channel = state.msg_channel or c.policy.channel
     take_slot(c.r, c.policy.channel, c.policy.pace_s)
     try:
@@ -387,7 +458,8 @@ def update_counts(fingerprint: str, c: Courier) -> int | None:
         fingerprint, state.window_start, channel, state.msg_ts, message["text"], blocks
     )
     now = c.groups.now_ms()
-    if reply_due(state, now, c.policy.update_interval_s):
+    quiet = triage.muted(c.r, fingerprint) is not None  # counted on the message, not posted
+    if not quiet and reply_due(state, now, c.policy.update_interval_s):
         c.reply_later(state.msg_ts, still_happening(occ.count), f"{state.msg_ts}:{now}")
         c.groups.mark_thread_reply(fingerprint, now)
     return occ.count

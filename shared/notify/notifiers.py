@@ -42,6 +42,9 @@ class Notifier(Protocol):
     def find(self, claim: str, *, thread_ts: str | None = None) -> Delivery | None:
         """The message posted earlier with ``claim``, if the destination can say (else None)."""
 
+    def permalink(self, channel: str, ts: str) -> str | None:
+        """A link to a message sent, if the destination has them (else None)."""
+
 
 def _retry_after(headers: Any) -> float | None:
     value = (headers or {}).get("Retry-After") or (headers or {}).get("retry-after")
@@ -120,6 +123,15 @@ class SlackBotNotifier:
     def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
         self._call("chat.update", channel=channel, ts=ts, text=text, blocks=blocks)
 
+    def permalink(self, channel: str, ts: str) -> str | None:
+        """chat.getPermalink; None when Slack does not give one (the link is a nicety)."""
+        try:
+            resp = self._call("chat.getPermalink", channel=channel, message_ts=ts)
+        except (PermanentError, TransientError):
+            return None
+        link = resp.get("permalink")
+        return link if isinstance(link, str) and link.startswith("https://") else None
+
     def find(self, claim: str, *, thread_ts: str | None = None) -> Delivery | None:
         """The channel's recent messages (or the thread's) carrying ``claim`` in metadata."""
         if thread_ts:
@@ -157,6 +169,9 @@ class SlackWebhookNotifier:
 
     def find(self, claim: str, *, thread_ts: str | None = None) -> Delivery | None:
         return None  # a webhook cannot read its channel back
+
+    def permalink(self, channel: str, ts: str) -> str | None:
+        return None
 
     def send(
         self,
@@ -259,6 +274,9 @@ class ConsoleNotifier:
                 continue
             if isinstance(record, dict) and record.get("claim") == claim:
                 return Delivery("console", channel=str(self.path), ts=record.get("ts"))
+        return None
+
+    def permalink(self, channel: str, ts: str) -> str | None:
         return None
 
     def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:

@@ -27,6 +27,7 @@ TASK_NAMES = [
     queues.REANALYZE,
     queues.RECORD_HISTORY,
     queues.INTAKE_BATCH,
+    queues.SLACK_ACTION,
 ]
 
 

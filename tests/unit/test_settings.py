@@ -213,3 +213,23 @@ def test_a_sentry_project_without_a_service_is_refused(monkeypatch: pytest.Monke
     monkeypatch.setenv("TRACEHOUND_SENTRY_PROJECTS", "1=shop-api,2")
     with pytest.raises(ValidationError, match="is not id=service"):
         Settings()
+
+
+def test_buttons_need_a_bot_token_and_a_way_to_receive_presses() -> None:
+    bot = {"slack_bot_token": "xoxb-1", "slack_channel": "C1"}
+    assert not Settings(**bot).slack_actions  # type: ignore[arg-type]
+    assert Settings(**bot, slack_app_token="xapp-1").slack_actions  # type: ignore[arg-type]
+    assert Settings(**bot, slack_signing_secret="s").slack_actions  # type: ignore[arg-type]
+    assert not Settings(slack_app_token="xapp-1").slack_actions  # type: ignore[arg-type]
+
+
+def test_the_app_token_and_signing_secret_are_masked() -> None:
+    shown = Settings(slack_app_token="xapp-1", slack_signing_secret="s").masked()  # type: ignore[arg-type]
+    assert shown["slack_app_token"] == shown["slack_signing_secret"] == "********"
+
+
+def test_up_starts_the_socket_mode_listener_as_a_child() -> None:
+    from shared.devtools.localstack import slack_listen_spec
+
+    spec = slack_listen_spec({"TRACEHOUND_REDIS_URL": "redis://x"})
+    assert spec.argv[1:] == ("slack-listen",) and spec.env["TRACEHOUND_REDIS_URL"] == "redis://x"

@@ -13,6 +13,7 @@ from typing import Any
 
 from celery.exceptions import Ignore, SoftTimeLimitExceeded
 
+from shared.analyze.cache import FreshAnalysisCache
 from shared.analyze.llm import degraded
 from shared.analyze.stage import analyze_investigation, with_analysis
 from shared.core import queues as q
@@ -47,8 +48,13 @@ def embed_query(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     inv = _load(self, payload)
     ctx = context.clients()
     group = inv.group
-    if group and not ctx.groups.claim_analysis(
-        group.fingerprint, group.window_start, self.request.id, revision=inv.revises is not None
+    # An "Analyze again" run is started once per press (shared/notify/respond.py) instead.
+    if (
+        group
+        and inv.rerun is None
+        and not ctx.groups.claim_analysis(
+            group.fingerprint, group.window_start, self.request.id, revision=inv.revises is not None
+        )
     ):
         # The same group window enqueued twice (its producer died between enqueueing the chain
         # and recording it, then replayed the event): one analysis is enough.
@@ -158,7 +164,7 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             inv,
             chat=ctx.chat,
             redact=ctx.redactor.redact,
-            cache=ctx.analysis_cache,
+            cache=ctx.analysis_cache if inv.rerun is None else FreshAnalysisCache(ctx.redis),
             may_retry=attempts_left(self),
             history=ctx.history,
             language=ctx.settings.language,

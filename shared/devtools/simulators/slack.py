@@ -16,6 +16,9 @@ uses, so ``WebClient(token="xoxb-...", base_url=sim.url + "/api/")`` and
 - Block Kit limits Slack enforces (50 blocks, 3000-char section text, 150-char header text,
   10 fields of 2000 chars, ...) give ``invalid_blocks``; no text/blocks/attachments ``no_text``.
 - ``POST /services/...`` incoming webhooks answer ``ok`` (text) or a text error with HTTP 400.
+- ``/api/chat.getPermalink``; ``/api/apps.connections.open`` with an app-level token
+  (``xapp-...``) answers the URL of a real Socket Mode websocket (``self.socket_mode``,
+  shared/devtools/simulators/slack_socket.py, which also builds signed interaction payloads).
 
 Test controls: accepted tokens and channels, latency, 429 rate limiting with ``Retry-After``,
 injected ``{"ok": false, "error": ...}`` replies, stored messages with update history and a
@@ -38,6 +41,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from shared.devtools.simulators._loopback import BaseHandler, LoopbackSimulator, run_until_signal
+from shared.devtools.simulators.slack_socket import SocketModeServer
 
 WEBHOOK = "webhook"  # pseudo method name for incoming webhooks in fail() and the log
 RATE_LIMITED_METHODS = frozenset({"chat.postMessage", WEBHOOK})
@@ -172,6 +176,8 @@ class SlackSimulator(LoopbackSimulator):
         self._faults: dict[str, _Fault] = {}
         self._messages: list[dict[str, Any]] = []
         self._ts_counter = 0
+        # Socket Mode's websocket, started when an app first calls apps.connections.open.
+        self.socket_mode = SocketModeServer(host)
         self.configure(valid_tokens=valid_tokens, channels=channels, latency=latency)
 
     # ---------------------------------------------------------------- URLs
@@ -253,6 +259,10 @@ class SlackSimulator(LoopbackSimulator):
         with self._lock:
             self._faults.clear()
             self._rate_limit_remaining = 0
+
+    def stop(self) -> None:
+        self.socket_mode.stop()
+        super().stop()
 
     def reset(self) -> None:
         """Clear the log, faults, rate limits and stored messages; configuration stays."""
@@ -377,6 +387,10 @@ class SlackSimulator(LoopbackSimulator):
             return _fail("invalid_json" if "json" in parse_error else "invalid_form_data")
         if not token:
             return _fail("not_authed")
+        if api_method == "apps.connections.open":  # the one method an app-level token calls
+            if not token.startswith("xapp-"):
+                return _fail("invalid_auth")
+            return _Reply(200, {"ok": True, "url": self.socket_mode.url()}, {})
         with self._lock:
             valid = self._valid_tokens
         if (token not in valid) if valid is not None else not token.startswith("xoxb-"):
@@ -387,6 +401,7 @@ class SlackSimulator(LoopbackSimulator):
             "auth.test": self._auth_test,
             "conversations.history": self._history,
             "conversations.replies": self._replies,
+            "chat.getPermalink": self._permalink,
         }
         handler = handlers.get(api_method)
         if handler is None:
@@ -590,6 +605,18 @@ class SlackSimulator(LoopbackSimulator):
         meta = self._flag(args, "include_all_metadata")
         messages = [self._listed(m, meta) for m in thread]
         return _Reply(200, {"ok": True, "messages": messages, "has_more": False}, {})
+
+    def _permalink(self, args: dict[str, Any]) -> _Reply:
+        channel, ts = args.get("channel"), str(args.get("message_ts") or "")
+        problem = self._channel_error(channel)
+        if problem is not None:
+            return problem
+        with self._lock:
+            known = any(m["ts"] == ts and m["channel"] == channel for m in self._messages)
+        if not known:
+            return _fail("message_not_found")
+        link = f"https://tracehound-sim.slack.com/archives/{channel}/p{ts.replace('.', '')}"
+        return _Reply(200, {"ok": True, "channel": channel, "permalink": link}, {})
 
     def _auth_test(self, args: dict[str, Any]) -> _Reply:
         return _Reply(
