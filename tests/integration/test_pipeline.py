@@ -470,6 +470,19 @@ def test_without_a_reranker_a_trace_that_never_ran_through_the_repo_reads_as_wea
     assert "No strongly relevant code was found" not in shown and BUGGY in shown
 
 
+def _run_marked(
+    run: Callable[..., dict], ollama_sim: OllamaSimulator, **model: Any
+) -> tuple[str, dict]:
+    """The sample trace with a marker of its own, analysed by a model configured with
+    ``model`` (the simulator's tool options, each given the marker); reset afterwards."""
+    marker = f"division by zero {uuid.uuid4().hex[:8]}"
+    ollama_sim.configure(**{k: v(marker) if callable(v) else marker for k, v in model.items()})
+    try:
+        return marker, run(TRACE.replace("division by zero", marker))
+    finally:
+        ollama_sim.configure(**{k: [] if k == "tool_turns" else None for k in model})
+
+
 def _chats(ollama_sim: OllamaSimulator, marker: str) -> list[dict[str, Any]]:
     return [
         r["body"] for r in ollama_sim.requests_to("/api/chat") if marker in json.dumps(r["body"])
@@ -479,17 +492,15 @@ def _chats(ollama_sim: OllamaSimulator, marker: str) -> list[dict[str, Any]]:
 def test_the_model_looks_up_code_with_tool_calls_and_a_path_outside_the_repo_is_refused(
     indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator
 ) -> None:
-    marker = f"division by zero {uuid.uuid4().hex[:8]}"
-    ollama_sim.configure(tool_turns=[{"match": marker, "tool_calls": [
+    calls = [
         {"name": "read_file", "arguments": {"path": "../../etc/passwd", "start": 1, "end": 5}},
         {"name": "read_file", "arguments": {"path": "shopapp/unindexed.py", "start": 1}},
         {"name": "read_file", "arguments": {"path": BUGGY, "start": 84, "end": 95}},
         {"name": "search_code", "arguments": {"query": "coupon allocation"}},
-    ]}])  # fmt: skip
-    try:
-        result = run(TRACE.replace("division by zero", marker))
-    finally:
-        ollama_sim.configure(tool_turns=[])
+    ]
+    marker, result = _run_marked(
+        run, ollama_sim, tool_turns=lambda m: [{"match": m, "tool_calls": calls}]
+    )
     first, second = _chats(ollama_sim, marker)
     assert first["tools"] and "format" not in first  # round 1 offered the tools
     results = [m["content"] for m in second["messages"] if m["role"] == "tool"]
@@ -512,12 +523,7 @@ def test_the_model_looks_up_code_with_tool_calls_and_a_path_outside_the_repo_is_
 def test_a_model_that_never_stops_calling_tools_is_cut_off_and_the_message_still_goes_out(
     indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator
 ) -> None:
-    marker = f"division by zero {uuid.uuid4().hex[:8]}"
-    ollama_sim.configure(endless_tools=marker)
-    try:
-        result = run(TRACE.replace("division by zero", marker))
-    finally:
-        ollama_sim.configure(endless_tools=None)
+    marker, result = _run_marked(run, ollama_sim, endless_tools=True)
     chats = _chats(ollama_sim, marker)
     assert [bool(c.get("tools")) for c in chats] == [True, True, True, False]  # 3 rounds, then
     assert chats[-1]["format"]["properties"]["hypotheses"]  # one answer under the schema
@@ -529,12 +535,7 @@ def test_a_model_that_never_stops_calling_tools_is_cut_off_and_the_message_still
 def test_a_model_without_tool_support_falls_back_to_need_more_requests(
     indexed: None, run: Callable[..., dict], ollama_sim: OllamaSimulator
 ) -> None:
-    marker = f"division by zero {uuid.uuid4().hex[:8]}"
-    ollama_sim.configure(tools_unsupported=marker)
-    try:
-        result = run(TRACE.replace("division by zero", marker))
-    finally:
-        ollama_sim.configure(tools_unsupported=None)
+    marker, result = _run_marked(run, ollama_sim, tools_unsupported=True)
     asked = [r for r in ollama_sim.requests_to("/api/chat") if marker in json.dumps(r["body"])]
     assert [r["status"] for r in asked] == [400, 200]  # "... does not support tools"
     assert "need_more" in asked[1]["body"]["format"]["properties"]
