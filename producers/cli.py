@@ -563,7 +563,11 @@ def eval_(
     ] = None,
     modes: Annotated[
         list[str] | None,
-        typer.Option("--modes", help="Modes to run (default: all; +rerank with a backend)."),
+        typer.Option(
+            "--modes",
+            help="Modes to run (default: all base modes; +rerank with a backend; a mode "
+            "+followup adds the simulated lookups, e.g. all+followup).",
+        ),
     ] = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write summary and per-case results here.")
@@ -595,6 +599,7 @@ def eval_(
         MODE_SIGNALS,
         RERANK_SUFFIX,
         EmbeddingCache,
+        base_mode,
         load_cases,
         make_embedder,
         run_eval,
@@ -615,7 +620,7 @@ def eval_(
         wanted = list(BASE_MODES)
         if reranker is not None:
             wanted += [m + RERANK_SUFFIX for m in BASE_MODES]
-    unknown = [m for m in wanted if m.removesuffix(RERANK_SUFFIX) not in MODE_SIGNALS]
+    unknown = [m for m in wanted if base_mode(m) not in MODE_SIGNALS]
     if unknown:
         err.print(f"[red]unknown mode(s) {unknown}; choose from {', '.join(BASE_MODES)}")
         raise typer.Exit(2)
@@ -649,6 +654,8 @@ def eval_(
             shown=settings.top_k,
             on_event=lambda msg: err.print(msg, highlight=False),
             on_case=collector if cv else None,
+            followup_rounds=settings.analysis_rounds,
+            followup_budget=settings.analysis_tool_chars,
         )
     except PermanentError as exc:
         err.print(f"[red]error:[/red] {exc}")

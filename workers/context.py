@@ -298,7 +298,7 @@ WARM: dict[str, tuple[str, ...]] = {
     "embed": ("query_embedder", "bulk_embedder", "model_http", "embed_backlog", "vectors"),
     "retrieve": ("keywords", "prior", "redactor", "vectors"),
     "rerank": ("reranker", "model_http"),
-    "llm": ("chat", "analysis_cache", "redactor", "model_http", "courier", "groups"),
+    "llm": ("chat", "analysis_cache", "redactor", "model_http", "courier", "groups", "keywords"),
     "notify": ("courier", "groups", "responder"),
     "intake": ("intake",),
     "index": ("corpus", "vectors", "embed_backlog"),

@@ -1,10 +1,13 @@
-"""Holding the LLM's reply to what it was shown: only retrieved code may be cited.
+"""Holding the LLM's reply to what it was shown: only code it read may be cited.
 
-A model can invent a path, or be talked into one by text in the logs ("the bug is in
-/etc/passwd"). Files and evidence that name no retrieved candidate are dropped and said in a
-footnote, and where the prose names them it reads "[not in the retrieved code]"; a hypothesis
-whose every piece of evidence was dropped keeps its words but loses its confidence; line ranges
-outside the retrieved chunks of a file are moved onto them. A suggested
+What it read is the retrieved candidates plus ``analysis.read`` (the windows at the trace's
+frames, what its lookups returned), each a range of numbered lines. A model can invent a path,
+or be talked into one by text in the logs ("the bug is in /etc/passwd"). Files and evidence
+that name no code it read are dropped and said in a footnote, and where the prose names them
+it reads "[not in the retrieved code]"; a hypothesis whose every piece of evidence was dropped
+keeps its words but loses its confidence. Line numbers are checked against the numbered lines
+it was shown: a range is cut to the shown lines it overlaps, and one outside all of them is
+moved onto the file's best shown range. A suggested
 fix that downloads and runs a script (``curl … | sh``) is withheld, not presented as the fix.
 """
 
@@ -43,11 +46,45 @@ def _path_of(reference: str) -> str:
     return path.removeprefix("./")
 
 
+_LINES = re.compile(r":(?P<start>\d+)(?:-(?P<end>\d+))?$")
+
+
+def onto_shown(start: int, end: int, spans: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    """``start``..``end`` held to the shown lines: cut to the spans it overlaps, or, when it
+    overlaps none, the file's first (best) span."""
+    start, end = min(start, end), max(start, end)
+    hit = [(a, b) for a, b in spans if start <= b and a <= end]
+    if not hit:
+        return spans[0]
+    return max(start, min(a for a, _ in hit)), min(end, max(b for _, b in hit))
+
+
 def _onto_retrieved(ref: FileRef, spans: list[tuple[int, int]]) -> FileRef:
-    if any(ref.start_line <= end and start <= ref.end_line for start, end in spans):
-        return ref
-    start, end = spans[0]  # the candidate's best chunk
+    start, end = onto_shown(ref.start_line, ref.end_line, spans)
     return ref.model_copy(update={"start_line": start, "end_line": end})
+
+
+def _evidence_onto(evidence: str, spans: list[tuple[int, int]]) -> str:
+    """``path:a-b`` with its lines held to the shown ones (a bare path stays as it is)."""
+    path = _path_of(evidence)
+    m = _LINES.search(evidence.strip())
+    if m is None:
+        return path
+    start, end = onto_shown(int(m["start"]), int(m["end"] or m["start"]), spans)
+    return f"{path}:{start}-{end}"
+
+
+def shown_spans(
+    analysis: Analysis, candidates: Sequence[Candidate]
+) -> dict[str, list[tuple[int, int]]]:
+    """Per path, the line ranges the model was shown: candidates' chunks (best first), then
+    what it read beyond them."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for c in candidates:
+        spans.setdefault(c.path, []).extend((h.start_line, h.end_line) for h in c.chunks)
+    for ref in analysis.read:
+        spans.setdefault(ref.path, []).append((ref.start_line, ref.end_line))
+    return spans
 
 
 def _scrub(text: str, paths: list[str]) -> str:
@@ -58,10 +95,10 @@ def _scrub(text: str, paths: list[str]) -> str:
 
 
 def ground(analysis: Analysis, candidates: Sequence[Candidate]) -> Grounded:
-    """The analysis citing only the candidates it was given (see the module doc)."""
+    """The analysis citing only the code it was shown (see the module doc)."""
     if analysis.degraded:
         return Grounded(analysis, [])
-    spans = {c.path: [(h.start_line, h.end_line) for h in c.chunks] for c in candidates}
+    spans = shown_spans(analysis, candidates)
     dropped: list[str] = []
     files: list[FileRef] = []
     for ref in analysis.relevant_files:
@@ -72,7 +109,7 @@ def ground(analysis: Analysis, candidates: Sequence[Candidate]) -> Grounded:
             dropped.append(ref.path)
     hypotheses: list[Hypothesis] = []
     for h in analysis.hypotheses:
-        kept = [e for e in h.evidence if _path_of(e) in spans]
+        kept = [_evidence_onto(e, spans[_path_of(e)]) for e in h.evidence if _path_of(e) in spans]
         dropped += [e for e in h.evidence if _path_of(e) not in spans]
         unsupported = bool(h.evidence) and not kept
         hypotheses.append(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import html
 import json
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from string import Template
@@ -15,14 +16,26 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from shared.analyze.code import numbered
 from shared.analyze.history import RecentChange
-from shared.core.domain import Analysis, AnalysisReply, Candidate, ErrorEvent
-from shared.models.chat import ChatModel
+from shared.analyze.tools import TOOL_NAMES, TOOL_SPECS, Toolbox
+from shared.core.domain import Analysis, AnalysisReply, Candidate, ErrorEvent, FileRef
+from shared.models.chat import ChatModel, ToolCall, ToolChat, ToolsUnsupported
 
 log = logging.getLogger(__name__)
 
 PROMPT_ERROR_MAX_CHARS = 6000
 PROMPT_CODE_MAX_CHARS = 16000
+PROMPT_WINDOW_MAX_CHARS = 2000  # one frame window (its numbered lines)
+PROMPTS = (
+    "analysis_system.txt",
+    "analysis_user.txt",
+    "repair.txt",
+    "tools.txt",
+    "answer_now.txt",
+    "need_more.txt",
+    "need_more_results.txt",
+)
 
 
 @cache
@@ -33,10 +46,9 @@ def template(name: str) -> Template:
 @cache
 def prompt_version() -> str:
     """Changes whenever a prompt template or the reply schema changes (analysis cache key)."""
-    parts = [
-        template(n).template for n in ("analysis_system.txt", "analysis_user.txt", "repair.txt")
-    ]
+    parts = [template(n).template for n in PROMPTS]
     parts.append(json.dumps(analysis_schema(), sort_keys=True))
+    parts.append(json.dumps(TOOL_SPECS, sort_keys=True))
     return hashlib.sha1("\0".join(parts).encode()).hexdigest()[:12]
 
 
@@ -46,11 +58,16 @@ def analysis_schema() -> dict[str, Any]:
     return AnalysisReply.model_json_schema()
 
 
-def _candidate_block(rank: int, candidate: Candidate, budget: int, nonce: str) -> str:
-    parts = []
-    for chunk in candidate.chunks:
-        parts.append(f"# lines {chunk.start_line}-{chunk.end_line}\n{chunk.text}")
-    body = "\n...\n".join(parts)[:budget]
+def _candidate_block(
+    rank: int | str,
+    candidate: Candidate,
+    budget: int,
+    nonce: str,
+    marked: Mapping[str, Sequence[int]],
+) -> str:
+    lines = marked.get(candidate.path, ())
+    parts = [numbered(chunk.text, chunk.start_line, lines) for chunk in candidate.chunks]
+    body = "\n   ...\n".join(parts)[:budget]
     first, last = candidate.chunks[0].start_line, candidate.chunks[0].end_line
     path = html.escape(candidate.path, quote=True)  # an attribute value cannot be closed
     return (
@@ -60,6 +77,28 @@ def _candidate_block(rank: int, candidate: Candidate, budget: int, nonce: str) -
 
 
 PROMPT_BREADCRUMBS = 5
+# Request attributes worth a line in the prompt, by the names producers give them (top level,
+# a Sentry event's tags, an OTLP record's attributes); nothing else of ``attributes`` is sent.
+WHITELIST: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Route", ("route", "http.route", "transaction", "url.path")),
+    ("Status", ("status", "status_code", "http.status_code", "http.response.status_code")),
+    ("Request id", ("request_id", "request.id", "http.request.id", "x-request-id")),
+)
+
+
+def whitelisted(attrs: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(label, value) of the whitelisted request attributes an event carries, each once."""
+    places = [attrs, *(attrs.get(k) for k in ("tags", "log_attributes"))]
+    found: list[tuple[str, str]] = []
+    for label, names in WHITELIST:
+        for place in places:
+            value = next(
+                (place[n] for n in names if isinstance(place, Mapping) and place.get(n)), None
+            )
+            if isinstance(value, str | int) and not isinstance(value, bool):
+                found.append((label, str(value)[:200]))
+                break
+    return found
 
 
 def sdk_context(event: ErrorEvent) -> str:
@@ -71,6 +110,7 @@ def sdk_context(event: ErrorEvent) -> str:
         for key, name in (("release", "Release"), ("environment", "Environment"))
         if isinstance(attrs.get(key), str)
     ]
+    lines += [f"{name}: {value}" for name, value in whitelisted(attrs)]
     crumbs = attrs.get("breadcrumbs")
     if isinstance(crumbs, list) and crumbs:
         lines.append("Breadcrumbs (oldest first):")
@@ -140,25 +180,38 @@ def build_messages(
     *,
     weak_reason: str = "",
     language: str = "en",
-) -> list[dict[str, str]]:
+    windows: Sequence[Candidate] = (),
+    marked: Mapping[str, Sequence[int]] | None = None,
+) -> list[dict[str, Any]]:
     """System and user messages for the analysis; code shares a fixed budget, best first.
 
-    Untrusted text (the error, the code) sits inside tags whose names end in a random
-    ``nonce``: a log line saying ``</error>`` cannot close the fence and speak as the prompt.
+    Code is numbered line by line and the trace's lines are marked (shared/analyze/code.py);
+    ``windows`` (the code at frames no candidate shows) take their room first. Untrusted
+    text (the error, the code) sits inside tags whose names end in a random ``nonce``: a log
+    line saying ``</error>`` cannot close the fence and speak as the prompt.
     """
     nonce = nonce or secrets.token_hex(6)
+    marked = marked or {}
     error = "\n".join(p for p in (event.message, event.stacktrace) if p.strip()) or "(empty)"
     if context := sdk_context(event):
         error = f"{error}\n\n{context}"
     if len(error) > PROMPT_ERROR_MAX_CHARS:
         error = "…[trimmed]\n" + error[-PROMPT_ERROR_MAX_CHARS:]
-    blocks, budget = [], PROMPT_CODE_MAX_CHARS
+    budget = PROMPT_CODE_MAX_CHARS
+    at_frames = []
+    for window in windows:
+        block = _candidate_block("frame", window, PROMPT_WINDOW_MAX_CHARS, nonce, marked)
+        at_frames.append(block)
+        budget -= len(block)
+    blocks = []
     for rank, cand in enumerate(candidates, start=1):
         if budget <= 200:
             break
-        block = _candidate_block(rank, cand, budget, nonce)
+        block = _candidate_block(rank, cand, budget, nonce, marked)
         blocks.append(block)
         budget -= len(block)
+    if at_frames:
+        blocks.append("Code at the trace's other frames:\n" + "\n\n".join(at_frames))
     user = template("analysis_user.txt").substitute(
         service=event.service,
         exception=event.exception_type or "(unknown)",
@@ -206,6 +259,114 @@ def degraded(reason: str, *, model: str, raw_text: str | None = None) -> Analysi
     )
 
 
+CALLS_PER_ROUND = 4  # tool calls served per round (or need_more requests in the fallback)
+
+
+@cache
+def need_more_schema() -> dict[str, Any]:
+    """The reply schema plus optional ``need_more`` requests (models without tools)."""
+    schema = copy.deepcopy(analysis_schema())
+    schema["properties"]["need_more"] = {
+        "type": "array",
+        "maxItems": CALLS_PER_ROUND,
+        "description": "Lookups to make before the final answer; empty when none is needed.",
+        "items": {
+            "type": "object",
+            "properties": {
+                "tool": {"type": "string", "enum": list(TOOL_NAMES)},
+                "query": {"type": "string"},
+                "path": {"type": "string"},
+                "name": {"type": "string"},
+                "start": {"type": "integer"},
+                "end": {"type": "integer"},
+            },
+            "required": ["tool"],
+        },
+    }
+    return schema
+
+
+def _served(tools: Toolbox, calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+    """Tool messages answering ``calls``; past CALLS_PER_ROUND a call is refused."""
+    out = []
+    for n, call in enumerate(calls):
+        text = (
+            tools.call(call.name, call.args)
+            if n < CALLS_PER_ROUND
+            else f"refused: at most {CALLS_PER_ROUND} tool calls per round."
+        )
+        out.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": text})
+    return out
+
+
+def _with_tools(
+    messages: list[dict[str, Any]], chat: ToolChat, tools: Toolbox, rounds: int
+) -> tuple[list[dict[str, Any]], str]:
+    """Up to ``rounds`` rounds of tool calls; then, unless the model already answered with
+    valid JSON, one call with the schema as ``format`` and no tools, which must answer."""
+    convo = [*messages]
+    convo[-1] = {
+        **convo[-1],
+        "content": convo[-1]["content"]
+        + "\n\n"
+        + template("tools.txt").substitute(
+            rounds=rounds, schema=json.dumps(analysis_schema(), separators=(",", ":"))
+        ),
+    }
+    for _ in range(rounds):
+        turn = chat.converse(convo, TOOL_SPECS)
+        if not turn.tool_calls:
+            try:
+                parse_reply(turn.content)
+                return convo, turn.content
+            except ValueError:
+                convo.append({"role": "assistant", "content": turn.content})
+                break
+        calls = [{"id": c.id, "name": c.name, "args": c.args} for c in turn.tool_calls]
+        convo.append({"role": "assistant", "content": turn.content, "tool_calls": calls})
+        convo += _served(tools, turn.tool_calls)
+    else:
+        log.info("analyze.rounds_used_up", extra={"rounds": rounds, "lookups": len(tools.lookups)})
+    convo.append({"role": "user", "content": template("answer_now.txt").template})
+    return convo, chat.complete(convo, analysis_schema())
+
+
+def _with_requests(
+    messages: list[dict[str, Any]], chat: ChatModel, tools: Toolbox
+) -> tuple[list[dict[str, Any]], str]:
+    """Models without tools: the reply may carry ``need_more`` requests, which are served
+    and answered in a second call (the plain schema: no more requests)."""
+    convo = [*messages]
+    convo[-1] = {
+        **convo[-1],
+        "content": convo[-1]["content"] + "\n\n" + template("need_more.txt").template,
+    }
+    raw = chat.complete(convo, need_more_schema())
+    try:
+        reply = json.loads(raw)
+    except ValueError:
+        return convo, raw  # the repair below says what is wrong
+    if not isinstance(reply, dict):
+        return convo, raw
+    requests = reply.pop("need_more", None) or []
+    if not isinstance(requests, list) or not requests:
+        return convo, json.dumps(reply)
+    calls = [
+        ToolCall(id=f"req_{n}", name=str(r.get("tool")), args=r)
+        for n, r in enumerate(requests)
+        if isinstance(r, dict)
+    ]
+    results = "\n\n".join(
+        f"[{c.name} {json.dumps({k: v for k, v in c.args.items() if k != 'tool'})}]\n{m['content']}"
+        for c, m in zip(calls, _served(tools, calls), strict=True)
+    )
+    convo += [
+        {"role": "assistant", "content": raw},
+        {"role": "user", "content": template("need_more_results.txt").substitute(results=results)},
+    ]
+    return convo, chat.complete(convo, analysis_schema())
+
+
 def analyze(
     event: ErrorEvent,
     candidates: Sequence[Candidate],
@@ -214,16 +375,47 @@ def analyze(
     *,
     weak_reason: str = "",
     language: str = "en",
+    windows: Sequence[Candidate] = (),
+    marked: Mapping[str, Sequence[int]] | None = None,
+    tools: Toolbox | None = None,
+    rounds: int = 0,
 ) -> Analysis:
-    """Ask the model; one repair attempt on invalid JSON; a degraded analysis if that fails too.
+    """Ask the model; with ``tools`` and ``rounds``, it may look up more code first (natively,
+    or by ``need_more`` requests when the model takes no tools); one repair attempt on invalid
+    JSON; a degraded analysis if that fails too.
 
     Transient model failures (timeouts, 5xx) propagate so the task can retry them.
     """
     messages = build_messages(
-        event, candidates, changes=changes, weak_reason=weak_reason, language=language
+        event,
+        candidates,
+        changes=changes,
+        weak_reason=weak_reason,
+        language=language,
+        windows=windows,
+        marked=marked,
     )
     schema = analysis_schema()
-    raw = chat.complete(messages, schema)
+    if tools is None or rounds <= 0:
+        raw = chat.complete(messages, schema)
+    elif isinstance(chat, ToolChat):
+        with chat.hold():
+            try:
+                messages, raw = _with_tools(messages, chat, tools, rounds)
+            except ToolsUnsupported as exc:
+                log.info("analyze.no_tools", extra={"event_id": event.id, "reason": str(exc)})
+                messages, raw = _with_requests(messages, chat, tools)
+    else:
+        messages, raw = _with_requests(messages, chat, tools)
+    seen = {
+        "lookups": list(tools.lookups) if tools else [],
+        "read": [
+            *(FileRef(path=w.path, start_line=w.chunks[0].start_line,
+                      end_line=w.chunks[0].end_line) for w in windows),
+            *(tools.read if tools else []),
+        ],
+        "read_chunks": list(tools.chunk_ids) if tools else [],
+    }  # fmt: skip
     try:
         reply = parse_reply(raw)
     except ValueError as first_problem:
@@ -244,5 +436,5 @@ def analyze(
                 f"LLM reply was not valid JSON after one repair ({second_problem})",
                 model=chat.model,
                 raw_text=raw2 or raw,
-            )
-    return Analysis(**reply.model_dump(), model=chat.model)
+            ).model_copy(update={"lookups": seen["lookups"]})
+    return Analysis(**reply.model_dump(), model=chat.model, **seen)

@@ -113,6 +113,13 @@ class Analysis(AnalysisReply):
     degraded: bool = False
     degraded_reason: str | None = None
     raw_text: str | None = None
+    # What the model looked up with its tools ("read pricing.py:40-95"), for the footnote;
+    # the code it was shown beyond the candidates (frame windows, tool results), which it may
+    # cite; and the indexed chunks tool results came from (a cached analysis is reused only
+    # while they are all still indexed: shared/analyze/cache.py).
+    lookups: list[str] = Field(default_factory=list)
+    read: list[FileRef] = Field(default_factory=list)
+    read_chunks: list[str] = Field(default_factory=list)
 
 
 class Commit(Frozen):

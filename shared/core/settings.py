@@ -242,6 +242,19 @@ class Settings(BaseSettings):
         description="Language of the analysis' prose and of the message's fixed strings "
         "(`en`, `ko` translated; other codes: prose only).",
     )
+    analysis_rounds: int = Field(
+        3,
+        ge=0,
+        le=10,
+        description="Tool rounds the model may use to read more code before answering "
+        "(search_code, read_file, find_symbol, file_history); 0: one call, no tools.",
+    )
+    analysis_tool_chars: int = Field(
+        6000,
+        ge=0,
+        description="Characters of tool results one analysis may read (about 4 per token): "
+        "it shares llm_num_ctx with the prompt, so raise both together.",
+    )
     min_overlap: float = Field(
         0.2,
         ge=0,

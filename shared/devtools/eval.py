@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 from rank_bm25 import BM25Okapi
 
-from shared.core.domain import Chunk, ChunkHit, ErrorEvent
+from shared.core.domain import Candidate, Chunk, ChunkHit, ErrorEvent
 from shared.devtools.calibration import suggest_threshold
+from shared.devtools.followup import simulated_followup
 from shared.index.chunking import CHUNKER_VERSION, chunk_file, defined_names, embedding_text
 from shared.index.reindex import IndexReport, collect
 from shared.index.tokens import tokenize
@@ -49,6 +50,12 @@ MODE_SIGNALS: dict[str, frozenset[str]] = {
     "all": frozenset({"vector", "bm25", "frames", "symbols"}),  # what the pipeline runs
 }
 RERANK_SUFFIX = "+rerank"
+# A mode followed by the stand-in model's lookups (shared/devtools/followup.py): "all+followup".
+FOLLOWUP_SUFFIX = "+followup"
+
+
+def base_mode(mode: str) -> str:
+    return mode.removesuffix(RERANK_SUFFIX).removesuffix(FOLLOWUP_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -262,6 +269,10 @@ class MemoryIndex:
     def defining(self, repo: str, names: Sequence[str]) -> list[ChunkHit]:
         return [self._hit(i, 0.0) for i in defining(self.symbols, names)]
 
+    def chunks_of(self, repo: str, path: str) -> list[ChunkHit]:
+        ordered = sorted(self.by_path.get(path, []), key=lambda i: self.chunks[i].start_line)
+        return [self._hit(i, 0.0) for i in ordered]
+
 
 def load_corpus(
     root: Path,
@@ -311,6 +322,54 @@ class EvalReport:
         }
 
 
+@dataclass(frozen=True)
+class Stages:
+    """What ranking one case after retrieval needs: its corpus, event and query, the index,
+    and the reranker of +rerank modes."""
+
+    corpus: str
+    event: ErrorEvent
+    query: str
+    index: MemoryIndex
+    reranker: Reranker | None
+    prior: Callable[[str], float] | None = None
+
+
+def _ranked(
+    mode: str,
+    candidates: list[Candidate],
+    gold: Sequence[str],
+    at: Stages,
+    *,
+    shown: int,
+    rounds: int,
+    budget: int,
+    rrf_k: int,
+) -> tuple[list[Candidate], list[str], dict[str, Any], float | None]:
+    """(candidates, ranked files, row fields, recall over the files seen) after a mode's
+    rerank or simulated follow-up."""
+    if mode.endswith(RERANK_SUFFIX) and at.reranker is not None and candidates:
+        candidates = rerank_candidates(at.query, candidates, at.reranker, top_k=len(candidates))
+    ranked = [c.path for c in candidates]
+    if not mode.endswith(FOLLOWUP_SUFFIX):
+        return candidates, ranked, {}, None
+    followed = simulated_followup(
+        at.corpus, at.event, at.query, candidates, at.index,
+        shown=shown, rounds=rounds, budget=budget, rrf_k=rrf_k, prior=at.prior,
+    )  # fmt: skip
+    seen = [*ranked[:shown], *followed.found]
+    extra = {"lookups": followed.lookups, "looked_up_files": followed.found[:20]}
+    return candidates, followed.ranked, extra, recall_at(seen, gold, len(seen))
+
+
+def _add_seen(report: EvalReport, seen_by_mode: dict[str, list[float | None]]) -> None:
+    """+followup modes: recall over the shown files plus everything the lookups returned."""
+    for mode, seen_recalls in seen_by_mode.items():
+        known = [r for r in seen_recalls if r is not None]
+        if known:
+            report.summary[mode]["recall@seen"] = sum(known) / len(known)
+
+
 def run_eval(
     cases: Sequence[Case],
     corpora: Path,
@@ -327,6 +386,8 @@ def run_eval(
     keep_files: int = 20,
     on_event: Callable[[str], None] | None = None,
     on_case: Callable[[Case, Sequence[Ranking]], None] | None = None,
+    followup_rounds: int = 3,
+    followup_budget: int = 6000,
 ) -> EvalReport:
     """Every case's ranked files per mode; cases are grouped so each corpus is indexed once.
 
@@ -338,6 +399,7 @@ def run_eval(
     ranked_by_mode: dict[str, list[tuple[list[str], tuple[str, ...]]]] = {m: [] for m in modes}
     relevance_by_mode: dict[str, list[tuple[float, bool]]] = {}
     overlap_by_mode: dict[str, list[tuple[float, bool]]] = {}
+    seen_by_mode: dict[str, list[float | None]] = {}
     by_corpus: dict[str, list[Case]] = {}
     for case in cases:
         by_corpus.setdefault(case.corpus, []).append(case)
@@ -349,7 +411,7 @@ def run_eval(
             say(f"skip {corpus_name}: corpus missing ({len(group)} cases)")
             continue
         chunks = load_corpus(root)
-        needs_vectors = any("vector" in MODE_SIGNALS[m.removesuffix(RERANK_SUFFIX)] for m in modes)
+        needs_vectors = any("vector" in MODE_SIGNALS[base_mode(m)] for m in modes)
         vectors = None
         if needs_vectors:
 
@@ -380,7 +442,7 @@ def run_eval(
                 "modes": {},
             }
             for mode in modes:
-                base = mode.removesuffix(RERANK_SUFFIX)
+                base = base_mode(mode)
                 found = hybrid_retrieve(
                     corpus_name,
                     query,
@@ -393,19 +455,25 @@ def run_eval(
                     signals=MODE_SIGNALS[base],
                     prior=prior,
                 )
-                candidates = found.candidates
                 _hand_signals(on_case, mode, case, found.rankings)
-                if mode.endswith(RERANK_SUFFIX) and reranker is not None and candidates:
-                    candidates = rerank_candidates(
-                        query, candidates, reranker, top_k=len(candidates)
-                    )
-                ranked = [c.path for c in candidates]
+                candidates, ranked, extra, seen_recall = _ranked(
+                    mode,
+                    found.candidates,
+                    case.gold,
+                    Stages(corpus_name, event, query, index, reranker, prior),
+                    shown=shown,
+                    rounds=followup_rounds,
+                    budget=followup_budget,
+                    rrf_k=rrf_k,
+                )
+                seen_by_mode.setdefault(mode, []).append(seen_recall)
                 ranked_by_mode[mode].append((ranked, case.gold))
                 row["modes"][mode] = {
                     "files": ranked[:keep_files],
                     "recall@5": recall_at(ranked, case.gold, 5),
                     "rr": reciprocal_rank(ranked, case.gold),
                     "own_frames": found.own_frames,
+                    **extra,
                 }
                 if candidates and not mode.endswith(RERANK_SUFFIX):
                     overlap = lexical_overlap(query, candidates[0])
@@ -421,6 +489,7 @@ def run_eval(
                     row["modes"][mode]["best_relevance"] = score
             report.cases.append(row)
     report.summary = {m: summarize(ranked_by_mode[m]) for m in modes}
+    _add_seen(report, seen_by_mode)
     for mode, points in relevance_by_mode.items():
         suggested = suggest_threshold(points)
         report.calibration[mode] = suggested.to_json() if suggested else None

@@ -1,9 +1,13 @@
-"""The chat model through langchain-ollama: a JSON schema as ``format``, a hard timeout."""
+"""The chat model through langchain-ollama: a JSON schema as ``format``, tools, a hard timeout."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import httpx
 
@@ -11,12 +15,68 @@ from shared.core.errors import PermanentError, TransientError
 from shared.models.embedder import model_missing
 
 REPLY_MAX_TOKENS = 2048
+T = TypeVar("T")
 
 
 class ChatModel(Protocol):
     model: str
 
-    def complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str: ...
+    def complete(self, messages: list[dict[str, Any]], schema: dict[str, Any]) -> str: ...
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One reply of a model offered tools: its text, and the tools it calls (maybe none)."""
+
+    content: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+
+
+class ToolsUnsupported(PermanentError):
+    """The model takes no tools: Ollama answers HTTP 400 ``<model> does not support tools``
+    (its template declares none); the analysis falls back to ``need_more`` requests."""
+
+
+@runtime_checkable
+class ToolChat(Protocol):
+    """A chat model that can be offered tools (Ollama's ``tools`` / ``tool_calls``)."""
+
+    model: str
+
+    def complete(self, messages: list[dict[str, Any]], schema: dict[str, Any]) -> str: ...
+    def converse(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn: ...
+    def hold(self) -> AbstractContextManager[None]:
+        """Keep the model host between the calls of one analysis (shared/models/leased.py)."""
+        ...
+
+
+def lc_messages(messages: list[dict[str, Any]]) -> list[Any]:
+    """Our message dicts as LangChain messages (assistant tool calls and tool results too)."""
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+
+    out: list[Any] = []
+    for m in messages:
+        role, content = m["role"], m.get("content") or ""
+        if role == "system":
+            out.append(SystemMessage(content))
+        elif role == "assistant":
+            calls = [
+                {"id": c["id"], "name": c["name"], "args": c["args"], "type": "tool_call"}
+                for c in m.get("tool_calls", [])
+            ]
+            out.append(AIMessage(content, tool_calls=calls))
+        elif role == "tool":
+            out.append(ToolMessage(content, tool_call_id=m["tool_call_id"], name=m.get("name")))
+        else:
+            out.append(HumanMessage(content))
+    return out
 
 
 class OllamaChat:
@@ -29,7 +89,7 @@ class OllamaChat:
         self._timeout, self._num_ctx, self._temperature = timeout, num_ctx, temperature
         self._llms: dict[str, Any] = {}
 
-    def _llm(self, schema: dict[str, Any]) -> Any:
+    def _llm(self, schema: dict[str, Any] | None) -> Any:
         key = json.dumps(schema, sort_keys=True)
         if key not in self._llms:
             from langchain_ollama import ChatOllama  # heavy: only the llm worker imports it
@@ -48,18 +108,15 @@ class OllamaChat:
             )
         return self._llms[key]
 
-    def complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
+    def _call(self, fn: Callable[[], T], *, tools: bool = False) -> T:
         from ollama import ResponseError
 
-        lc_messages = [
-            (m["role"] if m["role"] != "assistant" else "ai", m["content"]) for m in messages
-        ]
         try:
-            # One reply, not a stream: nothing reads the tokens as they come, and invoke would
-            # otherwise stream them and join them again (ChatOllama streams by default).
-            reply = self._llm(schema).invoke(lc_messages, stream=False)
+            return fn()
         except ResponseError as exc:
             detail = f"chat with {self.model}: HTTP {exc.status_code}: {exc.error}"
+            if tools and exc.status_code in (400, 404) and "tools" in str(exc.error).lower():
+                raise ToolsUnsupported(detail) from exc
             if exc.status_code == 404:
                 raise model_missing(self.model, self.base_url) from exc
             if exc.status_code in (408, 429) or exc.status_code >= 500 or exc.status_code == -1:
@@ -73,5 +130,26 @@ class OllamaChat:
             raise TransientError(
                 f"chat with {self.model}: cannot reach {self.base_url} ({exc})"
             ) from exc
+
+    def complete(self, messages: list[dict[str, Any]], schema: dict[str, Any]) -> str:
+        # One reply, not a stream: nothing reads the tokens as they come, and invoke would
+        # otherwise stream them and join them again (ChatOllama streams by default).
+        reply = self._call(lambda: self._llm(schema).invoke(lc_messages(messages), stream=False))
         content = reply.content
         return content if isinstance(content, str) else json.dumps(content)
+
+    def converse(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn:
+        """One round offering ``tools`` (no ``format``: a schema's grammar would leave the
+        model no way to write a tool call)."""
+        llm = self._llm(None).bind_tools(tools)
+        reply = self._call(lambda: llm.invoke(lc_messages(messages), stream=False), tools=True)
+        content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
+        calls = [
+            ToolCall(id=str(c.get("id") or f"call_{i}"), name=c["name"], args=dict(c["args"]))
+            for i, c in enumerate(reply.tool_calls)
+        ]
+        return Turn(content, calls)
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        yield  # no host lease here: LeasedChat holds one

@@ -22,12 +22,13 @@ matter.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlparse
@@ -297,6 +298,7 @@ class HostSession:
         self.last_activity = 0.0
         self.last_priority: int | None = None  # of the last call in this hold
         self.busy = False
+        self.pinned = 0  # holding() blocks open: calls of one task that keep the host
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -330,13 +332,32 @@ class HostSession:
                     loaded = json.dumps({"model": model, "url": url, "kind": kind})
                     pipe.set(self.lease.keys.loaded, loaded)
                 pipe.execute()
-            if self.queue_depth is not None and self.queue_depth() == 0:
+            if not self.pinned and self.queue_depth is not None and self.queue_depth() == 0:
                 self._release()
             return result
         finally:
             with self._lock:
-                self.busy = False
+                self.busy = self.pinned > 0
                 self.last_activity = time.monotonic()
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Calls inside keep the lease between them (neither the end of a call nor the idle
+        renewer releases it): one analysis's tool rounds, with the index reads between them,
+        run on one load of the model. Released at the end when nothing waits for it."""
+        with self._lock:
+            self.pinned += 1
+            self.busy = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.pinned -= 1
+                self.busy = self.pinned > 0
+                self.last_activity = time.monotonic()
+            idle = self.queue_depth is not None and self.queue_depth() == 0
+            if not self.pinned and self.lease.held and idle:
+                self._release()
 
     def _ensure(self, model: str, url: str, kind: str, priority: int) -> bool:
         """Hold the lease with ``model`` on the host; whether the lease was acquired now."""

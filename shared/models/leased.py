@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from shared.models.chat import ChatModel
+from shared.models.chat import ChatModel, ToolChat, ToolsUnsupported, Turn
 from shared.models.embedder import Embedder
 from shared.models.hosts import HostSession
 from shared.models.reranker import Reranker
@@ -33,7 +34,7 @@ class LeasedChat:
         self.inner, self.session, self.url, self.priority = inner, session, url, priority
         self.model = inner.model
 
-    def complete(self, messages: list[dict[str, str]], schema: dict[str, Any]) -> str:
+    def complete(self, messages: list[dict[str, Any]], schema: dict[str, Any]) -> str:
         if self.session is None:
             return self.inner.complete(messages, schema)
         return self.session.call(
@@ -43,6 +44,26 @@ class LeasedChat:
             self.priority,
             lambda: self.inner.complete(messages, schema),
         )
+
+    def converse(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn:
+        inner = self.inner
+        if not isinstance(inner, ToolChat):
+            raise ToolsUnsupported(f"chat client for {self.model} cannot offer tools")
+        if self.session is None:
+            return inner.converse(messages, tools)
+        return self.session.call(
+            self.model, self.url, "ollama", self.priority, lambda: inner.converse(messages, tools)
+        )
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """The host stays this model's between the calls of one analysis (its tool rounds):
+        handing it over between two rounds would reload the model for the next one."""
+        if self.session is None:
+            yield
+            return
+        with self.session.holding():
+            yield
 
 
 class LeasedReranker:

@@ -299,6 +299,17 @@ class KeywordView:
         ]
         return self._hits([(i, 0.0) for i in chunks_covering(spans, line)])
 
+    def chunks_of(self, repo: str, path: str) -> list[ChunkHit]:
+        """Every live chunk of ``path`` in line order ([] for a path not in the index)."""
+        self._check(repo)
+        spans = sorted(
+            (int(p.seg.starts[d]), base + d)
+            for p, live, base in zip(self.parts, self.lives, self.bases.tolist(), strict=False)
+            for d in p.at_path(path).tolist()
+            if live[d]
+        )
+        return self._hits([(i, 0.0) for _, i in spans])
+
     def defining(self, repo: str, names: Sequence[str]) -> list[ChunkHit]:
         """Chunks whose code defines one of ``names`` (functions, classes, methods)."""
         self._check(repo)
@@ -381,3 +392,6 @@ class BM25Index:
 
     def defining(self, repo: str, names: Sequence[str]) -> list[ChunkHit]:
         return self.current(repo).defining(repo, names)
+
+    def chunks_of(self, repo: str, path: str) -> list[ChunkHit]:
+        return self.current(repo).chunks_of(repo, path)

@@ -288,6 +288,23 @@ def errors(sender: Any, n: int, repo: str = "sample-hosts") -> list[Any]:
     ]
 
 
+def test_an_analysis_keeps_the_host_between_its_tool_rounds_and_lets_it_go_after(
+    redis_client: redis.Redis,
+) -> None:
+    """Between two tool rounds the chat model must stay loaded: handing the host over while
+    the index is read would unload it and load it again for the next round."""
+    host = new_host()
+    session = HostSession(redis_client, host, ttl=5, idle_release=0.2, queue_depth=lambda: 0)
+    with session.holding():
+        session.call("chat", "http://x", "ollama", PRIORITY_QUERY, lambda: None)
+        time.sleep(0.5)  # longer than idle_release: a lookup between two rounds
+        assert host_status(redis_client, host)["holder"] is not None
+        session.call("chat", "http://x", "ollama", PRIORITY_QUERY, lambda: None)
+        assert host_status(redis_client, host)["holder"] is not None
+    assert host_status(redis_client, host)["holder"] is None  # nothing queued: let go now
+    session.close()
+
+
 def test_no_two_models_ever_overlap_on_the_host(
     sample_repo: str,
     sender: Any,

@@ -82,10 +82,12 @@ def test_sample_error_names_the_buggy_file_and_crosses_every_queue(
     assert result["destination"] == "slack" and result["channel"] == SLACK_CHANNEL
     [message] = posted_for(slack_sim, result["event_id"])
     assert BUGGY in json.dumps(message["blocks"]) and BUGGY in message["text"]
-    # The LLM got the schema as `format` and the code as candidates.
+    # The LLM was offered its tools and got the code as numbered candidates; it answered at
+    # once with JSON (the simulator's default), which validated: no second call.
     chat = ollama_sim.requests_to("/api/chat")[-1]["body"]
-    assert chat["format"]["properties"]["hypotheses"]
+    assert {t["function"]["name"] for t in chat["tools"]} >= {"read_file", "search_code"}
     assert BUGGY in chat["messages"][-1]["content"]
+    assert ">> 91 |             line.unit_discount_cents" in chat["messages"][-1]["content"]
     assert chat["stream"] is False  # one reply: nothing reads the tokens as they arrive
 
 
@@ -466,3 +468,75 @@ def test_without_a_reranker_a_trace_that_never_ran_through_the_repo_reads_as_wea
     [message] = posted_for(slack_sim, strong["event_id"])
     shown = json.dumps(message["blocks"], ensure_ascii=False)
     assert "No strongly relevant code was found" not in shown and BUGGY in shown
+
+
+def _run_marked(
+    run: Callable[..., dict], ollama_sim: OllamaSimulator, **model: Any
+) -> tuple[str, dict]:
+    """The sample trace with a marker of its own, analysed by a model configured with
+    ``model`` (the simulator's tool options, each given the marker); reset afterwards."""
+    marker = f"division by zero {uuid.uuid4().hex[:8]}"
+    ollama_sim.configure(**{k: v(marker) if callable(v) else marker for k, v in model.items()})
+    try:
+        return marker, run(TRACE.replace("division by zero", marker))
+    finally:
+        ollama_sim.configure(**{k: [] if k == "tool_turns" else None for k in model})
+
+
+def _chats(ollama_sim: OllamaSimulator, marker: str) -> list[dict[str, Any]]:
+    return [
+        r["body"] for r in ollama_sim.requests_to("/api/chat") if marker in json.dumps(r["body"])
+    ]
+
+
+def test_the_model_looks_up_code_with_tool_calls_and_a_path_outside_the_repo_is_refused(
+    indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator
+) -> None:
+    calls = [
+        {"name": "read_file", "arguments": {"path": "../../etc/passwd", "start": 1, "end": 5}},
+        {"name": "read_file", "arguments": {"path": "shopapp/unindexed.py", "start": 1}},
+        {"name": "read_file", "arguments": {"path": BUGGY, "start": 84, "end": 95}},
+        {"name": "search_code", "arguments": {"query": "coupon allocation"}},
+    ]
+    marker, result = _run_marked(
+        run, ollama_sim, tool_turns=lambda m: [{"match": m, "tool_calls": calls}]
+    )
+    first, second = _chats(ollama_sim, marker)
+    assert first["tools"] and "format" not in first  # round 1 offered the tools
+    results = [m["content"] for m in second["messages"] if m["role"] == "tool"]
+    assert len(results) == 4
+    assert results[0].startswith("refused:") and "outside the indexed repository" in results[0]
+    assert (
+        results[1].startswith("refused:") and "not a file of the indexed repository" in results[1]
+    )
+    assert ">>91 |             line.unit_discount_cents" in results[2]
+    assert "root:x:0:0" not in json.dumps(second)  # /etc/passwd was never read
+    assert not result["analysis"]["degraded"]
+    [message] = posted_for(slack_sim, result["event_id"])
+    footnotes = json.dumps([b for b in message["blocks"] if b["type"] == "context"])
+    assert (
+        f"looked up: refused read ../../etc/passwd, refused read shopapp/unindexed.py, "
+        f"read {BUGGY}:84-95, searched 'coupon allocation'"
+    ) in footnotes
+
+
+def test_a_model_that_never_stops_calling_tools_is_cut_off_and_the_message_still_goes_out(
+    indexed: None, run: Callable[..., dict], slack_sim: SlackSimulator, ollama_sim: OllamaSimulator
+) -> None:
+    marker, result = _run_marked(run, ollama_sim, endless_tools=True)
+    chats = _chats(ollama_sim, marker)
+    assert [bool(c.get("tools")) for c in chats] == [True, True, True, False]  # 3 rounds, then
+    assert chats[-1]["format"]["properties"]["hypotheses"]  # one answer under the schema
+    assert not result["analysis"]["degraded"]
+    assert BUGGY in [f.split(":")[0] for f in result["top_files"][:3]]
+    assert posted_for(slack_sim, result["event_id"])
+
+
+def test_a_model_without_tool_support_falls_back_to_need_more_requests(
+    indexed: None, run: Callable[..., dict], ollama_sim: OllamaSimulator
+) -> None:
+    marker, result = _run_marked(run, ollama_sim, tools_unsupported=True)
+    asked = [r for r in ollama_sim.requests_to("/api/chat") if marker in json.dumps(r["body"])]
+    assert [r["status"] for r in asked] == [400, 200]  # "... does not support tools"
+    assert "need_more" in asked[1]["body"]["format"]["properties"]
+    assert not result["analysis"]["degraded"]

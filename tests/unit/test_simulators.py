@@ -704,3 +704,44 @@ def test_main_runs_in_foreground_and_stops_on_sigterm(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "read",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+    }
+]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_with_tools_answers_scripted_tool_calls_in_ollamas_shape(
+    sim: OllamaSimulator, http: httpx.Client, stream: bool
+) -> None:
+    sim.configure(tool_turns=[{"match": "look", "tool_calls": [
+        {"name": "read_file", "arguments": {"path": "a.py"}}]}])  # fmt: skip
+    body = {"model": CHAT, "messages": [{"role": "user", "content": "look"}], "tools": TOOLS,
+            "stream": stream}  # fmt: skip
+    r = http.post(f"{sim.url}/api/chat", json=body)
+    lines = [json.loads(x) for x in r.text.splitlines() if x.strip()]
+    [call] = [c for line in lines for c in line["message"].get("tool_calls", [])]
+    assert call["function"] == {"index": 0, "name": "read_file", "arguments": {"path": "a.py"}}
+    assert lines[-1]["done"] is True and len(lines) == (2 if stream else 1)
+    # The turn is used up: the next request is answered (with the analysis, as JSON).
+    again = http.post(f"{sim.url}/api/chat", json={**body, "stream": False}).json()
+    assert "tool_calls" not in again["message"] and json.loads(again["message"]["content"])
+
+
+def test_chat_with_tools_for_a_model_without_them_is_ollamas_400(
+    sim: OllamaSimulator, http: httpx.Client
+) -> None:
+    sim.configure(tools_unsupported="")
+    body = {"model": CHAT, "messages": [{"role": "user", "content": "x"}], "tools": TOOLS}
+    r = http.post(f"{sim.url}/api/chat", json=body)
+    assert r.status_code == 400
+    assert r.json() == {"error": f"registry.ollama.ai/library/{CHAT} does not support tools"}
+    sim.configure(tools_unsupported=None)

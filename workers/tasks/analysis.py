@@ -15,7 +15,7 @@ from celery.exceptions import Ignore, SoftTimeLimitExceeded
 
 from shared.analyze.cache import FreshAnalysisCache
 from shared.analyze.llm import degraded
-from shared.analyze.stage import analyze_investigation, with_analysis
+from shared.analyze.stage import CodeAccess, analyze_investigation, with_analysis
 from shared.core import queues as q
 from shared.core.domain import (
     EMBED_FAILED,
@@ -156,7 +156,8 @@ def rerank(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
 
 @app.task(**task_options(q.ANALYZE))
 def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
-    """LLM analysis with a JSON schema; transient failures retried, then a degraded analysis."""
+    """LLM analysis with a JSON schema, after up to ``analysis_rounds`` rounds of lookups;
+    transient failures retried, then a degraded analysis."""
     inv = _load(self, payload)
     ctx = context.clients()
     try:
@@ -168,6 +169,13 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             may_retry=attempts_left(self),
             history=ctx.history,
             language=ctx.settings.language,
+            code=CodeAccess(
+                ctx.keywords,
+                ctx.corpus.existing_ids,
+                rounds=ctx.settings.analysis_rounds,
+                budget=ctx.settings.analysis_tool_chars,
+                prior=ctx.prior,
+            ),
         )
     except TransientError as exc:
         raise retry(self, exc) from exc

@@ -31,6 +31,7 @@ import html
 import json
 import math
 import re
+import secrets
 import threading
 import time
 from collections import Counter
@@ -441,6 +442,8 @@ def schema_reply(schema: Mapping[str, Any], context: PromptContext | str) -> Any
     ):
         return instance
     analysis = simulated_analysis(context)
+    if "need_more" in instance:  # tracehound's requests for more code: none by default
+        instance["need_more"] = []
     for key, value in analysis.items():
         prop = _resolved(props[key], root)
         kind = _schema_type(prop)
@@ -500,6 +503,13 @@ class _Config:
     # One request at a time across all models, like a small host that fits one model: a
     # request for another model waits for the current one (then pays the load).
     exclusive: bool = False
+    # Chat requests offering ``tools`` (each rule applies to a request whose messages contain
+    # its ``match`` text): scripted tool calls, one turn popped per request
+    # ([{"match", "tool_calls": [{"name", "arguments"}]}]); a model that never stops calling
+    # search_code; a model whose template takes no tools (HTTP 400, as Ollama answers).
+    tool_turns: list[dict[str, Any]] = field(default_factory=list)
+    endless_tools: str | None = None
+    tools_unsupported: str | None = None
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -510,6 +520,9 @@ class _Config:
             "load_seconds": self.load_seconds,
             "chat_reply": self.chat_reply,
             "chat_replies": list(self.chat_replies),
+            "tool_turns": copy.deepcopy(self.tool_turns),
+            "endless_tools": self.endless_tools,
+            "tools_unsupported": self.tools_unsupported,
         }
 
 
@@ -622,6 +635,19 @@ class OllamaSimulator(LoopbackSimulator):
                 cfg.exclusive = bool(opts["exclusive"])
             if "chat_replies" in opts:
                 cfg.chat_replies = [str(r) for r in (opts["chat_replies"] or [])]
+            self._configure_tools(cfg, opts)
+
+    @staticmethod
+    def _configure_tools(cfg: _Config, opts: dict[str, Any]) -> None:
+        if "tool_turns" in opts:
+            turns = list(opts["tool_turns"] or [])
+            ok = all(isinstance(t, dict) and isinstance(t.get("tool_calls"), list) for t in turns)
+            if not ok:
+                raise TypeError("tool_turns items are {match, tool_calls: [...]}")
+            cfg.tool_turns = copy.deepcopy(turns)
+        for name in ("endless_tools", "tools_unsupported"):
+            if name in opts:
+                setattr(cfg, name, None if opts[name] is None else str(opts[name]))
 
     @property
     def config(self) -> dict[str, Any]:
@@ -658,6 +684,7 @@ class OllamaSimulator(LoopbackSimulator):
             self._log.clear()
             self._faults.clear()
             self._config.chat_replies = []
+            self._config.tool_turns = []
             self._loaded = None
             self._load_count = self._swap_count = self._unload_count = 0
             self._model_events.clear()
@@ -982,6 +1009,8 @@ class OllamaSimulator(LoopbackSimulator):
         ctx = parse_prompt(prompt)
         if isinstance(fmt, Mapping):
             return json.dumps(schema_reply(fmt, ctx), ensure_ascii=False)
+        if fmt == "analysis":  # offered tools, asked in the prompt for the analysis as JSON
+            return json.dumps(simulated_analysis(ctx), ensure_ascii=False)
         if fmt == "json":
             return json.dumps({"response": "simulated"})
         return plain_analysis(ctx)
@@ -994,7 +1023,40 @@ class OllamaSimulator(LoopbackSimulator):
             messages = []
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise _HttpError(400, "messages must be a list of {role, content} objects")
+        tools = body.get("tools")
+        if tools and messages:
+            return self._with_tools(h, body, model, messages)
         return self._complete(h, body, model, messages, key="message")
+
+    def _with_tools(
+        self, h: _Handler, body: dict[str, Any], model: str, messages: list[dict[str, Any]]
+    ) -> int:
+        """A request offering tools: scripted or endless tool calls, a model that takes no
+        tools, or (by default) a model that answers at once with the analysis as JSON."""
+        seen = json.dumps(messages, ensure_ascii=False)
+        calls: list[dict[str, Any]] | None = None
+        with self._lock:
+            cfg = self._config
+            if cfg.tools_unsupported is not None and cfg.tools_unsupported in seen:
+                raise _HttpError(400, f"registry.ollama.ai/library/{model} does not support tools")
+            turn = next((t for t in cfg.tool_turns if str(t.get("match", "")) in seen), None)
+            if turn is not None:
+                cfg.tool_turns.remove(turn)
+                calls = list(turn["tool_calls"])
+            elif cfg.endless_tools is not None and cfg.endless_tools in seen:
+                rounds = sum(1 for m in messages if m.get("role") == "tool")
+                calls = [{"name": "search_code", "arguments": {"query": f"round {rounds} again"}}]
+        if calls is None:
+            answer = self._content(messages, None if body.get("format") else "analysis")
+            return self._complete(h, body, model, messages, key="message", content=answer)
+        wire = [
+            {
+                "id": f"call_{secrets.token_hex(4)}",
+                "function": {"index": i, "name": c["name"], "arguments": c.get("arguments", {})},
+            }
+            for i, c in enumerate(calls)
+        ]
+        return self._complete(h, body, model, messages, key="message", content="", tool_calls=wire)
 
     def _generate(self, h: _Handler, path: str, body: dict[str, Any]) -> int:
         model = self._require_model(body)
@@ -1015,12 +1077,19 @@ class OllamaSimulator(LoopbackSimulator):
         model: str,
         messages: list[dict[str, Any]],
         key: str,
+        content: str | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
     ) -> int:
         started = time.perf_counter()
         load_ns = self._ensure_loaded(model)
 
-        def part(content: str) -> Any:
-            return {"role": "assistant", "content": content} if key == "message" else content
+        def part(content: str, calls: list[dict[str, Any]] | None = None) -> Any:
+            if key != "message":
+                return content
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if calls:
+                message["tool_calls"] = calls
+            return message
 
         if not messages:  # load (or, with keep_alive 0, unload) only
             unload = _keep_alive_zero(body.get("keep_alive"))
@@ -1036,7 +1105,8 @@ class OllamaSimulator(LoopbackSimulator):
                 },
             )
 
-        content = self._content(messages, body.get("format"))
+        if content is None:
+            content = self._content(messages, body.get("format"))
         with self._lock:
             latency = self._config.latency
             delay = (
@@ -1064,6 +1134,10 @@ class OllamaSimulator(LoopbackSimulator):
         stream = body.get("stream")
         if stream is None or stream is True:
             h.start_chunked(200, "application/x-ndjson")
+            if tool_calls:  # Ollama streams the calls in one message before the final line
+                line = {"model": model, "created_at": _now_iso(), key: part("", tool_calls),
+                        "done": False}  # fmt: skip
+                h.write_chunk(json.dumps(line).encode("utf-8") + b"\n")
             for piece in pieces:
                 if delay:
                     time.sleep(delay / len(pieces))
@@ -1081,7 +1155,8 @@ class OllamaSimulator(LoopbackSimulator):
             time.sleep(delay)
         self._after_reply(model, body)
         return h.send_json(
-            200, {"model": model, "created_at": _now_iso(), key: part(content), **final()}
+            200,
+            {"model": model, "created_at": _now_iso(), key: part(content, tool_calls), **final()},
         )
 
     @staticmethod
