@@ -12,8 +12,9 @@ Starts a private redis-server. No analysis runs: measured is taking events in, n
   the reference: a trivial Starlette endpoint in its own uvicorn process that LPUSHes each
   request body to Redis and answers 202 — the floor of HTTP + Redis on this machine.
 - The intake worker: a real ``celery worker`` on the ``intake`` queue (concurrency 2, as the
-  CPU worker runs), started once the default-mode batches are queued; the rate at which it
-  takes them (the event model, redaction, fingerprinting, counting, starting chains).
+  CPU worker runs), started once the NDJSON batches are queued; the rate at which it takes
+  them (the event model, redaction, fingerprinting, counting, starting chains), from its first
+  task until the queue is empty and acknowledged.
 - One enqueue (in this process): starting one analysis chain with Celery's
   ``chain.apply_async``, with intake's compact message (``analysis_message`` + LPUSH, what
   intake does), and a bare LPUSH of the event's JSON.
@@ -179,13 +180,13 @@ def run_once(events: int, clients: int) -> dict[str, float]:
                 "\n".join(record(i) for i in range(j, j + 100)) for j in range(0, events, 100)
             ]
             single = [record(i) for i in range(events, events + events // 10)]
-            out = {
-                "ndjson": len(batched) * 100 / post_all(url, batched, clients),
+            out = {"ndjson": len(batched) * 100 / post_all(url, batched, clients)}
+            out["drain"] = len(batched) * 100 / drain(work, redis_url)
+            out |= {
                 "trivial": len(batched) * 100 / post_all(trivial_url, batched, clients),
                 "single": len(single) / post_all(url, single, clients),
                 "trivial_single": len(single) / post_all(trivial_url, single, clients),
             }
-            out["drain"] = (len(batched) * 100 + len(single)) / drain(work, redis_url)
             # The same records taken before each reply, in bodies a trailing newline makes
             # new: other ids, so they are taken in full instead of skipped as retries.
             waited = [f"{b}\n" for b in batched]

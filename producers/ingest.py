@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import redis
+import redis.asyncio as aioredis
 from celery import Celery
 from kombu.exceptions import OperationalError
 from starlette.applications import Starlette
@@ -139,6 +140,8 @@ def create_app(
     ``sentry_keys`` None: the token is the DSN key (and with no token any key is accepted)."""
     from producers.sdk_routes import SdkLimits, SdkRoutes  # it imports this module's helpers
 
+    queue_now = Spool(intake, default_service=default_service, max_records=max_records)
+
     def authorized(request: Request) -> bool:
         if token is None:
             return True
@@ -163,16 +166,7 @@ def create_app(
         query = urlencode([(k, v) for k, v in params.multi_items() if k != "wait"])
         digest = hashlib.sha1(raw + query.encode()).hexdigest()
         if params.get("wait", "").lower() not in ("1", "true", "yes"):
-            return await run_in_threadpool(
-                lambda: queue_batch(
-                    intake,
-                    raw,
-                    digest,
-                    service=params.get("service"),
-                    default_service=default_service,
-                    max_records=max_records,
-                )
-            )
+            return await queue_now(raw, digest, params.get("service"))
         try:
             records = decode_records(raw, max_records=max_records)
         except BodyError as exc:
@@ -193,12 +187,7 @@ def create_app(
         except (redis.RedisError, OperationalError, OSError) as exc:
             # Part of the batch may be counted already: the shipper's retry repeats the same
             # event ids, and intake counts each id once.
-            log.warning("ingest.unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
-            return JSONResponse(
-                {"error": f"cannot reach Redis, retry later: {type(exc).__name__}: {exc}"},
-                status_code=503,
-                headers={"Retry-After": str(RETRY_AFTER_S)},
-            )
+            return unavailable(exc)
         log.info(
             "ingest.batch",
             extra={
@@ -267,13 +256,14 @@ def queue_batch(
     service: str | None,
     default_service: str | None,
     max_records: int,
-) -> JSONResponse:
-    """The default: the batch's JSON checked, then queued whole for the intake_batch task
-    in one LPUSH (durable once Redis has it) and answered 202 at once."""
+) -> tuple[dict[str, Any], int, tuple[str, bytes] | None]:
+    """The default: the batch's JSON checked and made one message for the intake_batch task
+    (the caller LPUSHes it: durable once Redis has it, then 202). (reply, status, the queue
+    and message, or None when the batch is refused)."""
     try:
         records = decode_records(raw, max_records=max_records)
     except BodyError as exc:
-        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        return {"error": str(exc)}, exc.status, None
     rejected = [
         {"index": i, "error": str(r)} for i, r in enumerate(records) if isinstance(r, BodyError)
     ]
@@ -284,7 +274,7 @@ def queue_batch(
         "rejected_count": len(rejected),
     }
     if len(rejected) == len(records):
-        return JSONResponse({**body, "error": rejected[0]["error"]}, status_code=400)
+        return {**body, "error": rejected[0]["error"]}, 400, None
     queued = QueuedBatch(
         body=raw.decode("utf-8", errors="replace"),
         digest=digest,
@@ -292,17 +282,50 @@ def queue_batch(
         default_service=default_service,
         max_records=max_records,
     )
-    queue, message = intake_batch_message(intake.app, queued.model_dump())
-    try:
-        intake.groups.r.lpush(queue, message)
-    except (redis.RedisError, OSError) as exc:
-        log.warning("ingest.unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
-        return JSONResponse(
-            {"error": f"cannot reach Redis, retry later: {type(exc).__name__}: {exc}"},
-            status_code=503,
-            headers={"Retry-After": str(RETRY_AFTER_S)},
-        )
-    return JSONResponse(body, status_code=202)
+    return body, 202, intake_batch_message(intake.app, queued.model_dump())
+
+
+class Spool:
+    """Queues checked batches for the intake_batch task: ``queue_batch``, then an LPUSH
+    through redis.asyncio (its client made in the server's event loop, on first use)."""
+
+    def __init__(self, intake: Intake, *, default_service: str | None, max_records: int) -> None:
+        self.intake, self.default_service, self.max_records = intake, default_service, max_records
+        self.client: aioredis.Redis | None = None
+
+    async def __call__(self, raw: bytes, digest: str, service: str | None) -> JSONResponse:
+        def check() -> tuple[dict[str, Any], int, tuple[str, bytes] | None]:
+            return queue_batch(
+                self.intake,
+                raw,
+                digest,
+                service=service,
+                default_service=self.default_service,
+                max_records=self.max_records,
+            )
+
+        # About 7 us a record: on the event loop, unless the body is large enough to hold it up.
+        reply, status, message = await run_in_threadpool(check) if len(raw) > 1 << 20 else check()
+        if message is not None:
+            if self.client is None:
+                self.client = aioredis.Redis.from_url(
+                    self.intake.settings.redis_url, socket_connect_timeout=5, socket_timeout=10
+                )
+            try:
+                await self.client.lpush(*message)
+            except (redis.RedisError, OSError) as exc:
+                return unavailable(exc)
+        return JSONResponse(reply, status_code=status)
+
+
+def unavailable(exc: Exception) -> JSONResponse:
+    """Redis out of reach: a 503 the shipper retries after Retry-After."""
+    log.warning("ingest.unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
+    return JSONResponse(
+        {"error": f"cannot reach Redis, retry later: {type(exc).__name__}: {exc}"},
+        status_code=503,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
 
 
 def group_replies(submitted: list[Submitted]) -> list[dict[str, Any]]:

@@ -61,7 +61,9 @@ def loads(text: str | bytes, where: str) -> Any:
         value = orjson.loads(text)
     except RecursionError as exc:
         raise BodyError(400, f"{where}: JSON nested deeper than {MAX_DEPTH} levels") from exc
-    if not _depth_ok(value):
+    # Fewer brackets than the limit cannot nest deeper than it: the walk is for the rest.
+    brackets = text.count("{") + text.count("[") if isinstance(text, str) else MAX_DEPTH + 1
+    if brackets > MAX_DEPTH and not _depth_ok(value):
         raise BodyError(400, f"{where}: JSON nested deeper than {MAX_DEPTH} levels")
     return value
 
