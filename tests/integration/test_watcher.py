@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import threading
 import time
 import uuid
@@ -17,11 +18,14 @@ import redis
 
 from producers.watcher import Watcher, run
 from shared.core.settings import Settings
+from shared.devtools.sample_history import build_sample_repo
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.corpus import RedisCorpus
+from shared.index.history import HistoryStore
 from shared.index.reindex import index_repository
 from shared.index.vectors import ChromaVectorIndex
 from shared.retrieve.keywords import BM25Index
+from tests.conftest import SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration
 
@@ -347,3 +351,45 @@ def test_run_blocks_until_stopped_and_indexes_meanwhile(
         stop.set()
         thread.join(30)
     assert not thread.is_alive() and errors == []
+
+
+def test_a_commit_that_changes_no_file_is_recorded_as_the_code_version(
+    sender: Any,
+    settings: Settings,
+    corpus: RedisCorpus,
+    redis_client: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    """History is read where the checkout is: on start, and again at a rescan once HEAD moved
+    (an empty commit, a merge: no file event says so)."""
+    sample = build_sample_repo(SAMPLE_SERVICE, tmp_path / "sample").path
+    repo = new_repo()
+    store = HistoryStore(redis_client)
+
+    def head() -> str:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=sample, capture_output=True)
+        return done.stdout.decode().strip()
+
+    def recorded() -> str | None:
+        version = store.version(repo)
+        return version.commit if version else None
+
+    with watching(sender, sample, repo, settings, corpus) as w:
+        first = head()
+        eventually(lambda: recorded() == first, "HEAD recorded on start")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")} | {
+            "GIT_AUTHOR_NAME": "Dee Park",
+            "GIT_AUTHOR_EMAIL": "dee@shop.example",
+            "GIT_COMMITTER_NAME": "Dee Park",
+            "GIT_COMMITTER_EMAIL": "dee@shop.example",
+        }
+        subprocess.run(
+            ["git", "commit", "-q", "--allow-empty", "-m", "Release 1.4.2"],
+            cwd=sample,
+            env=env,
+            check=True,
+        )
+        moved = head()
+        assert moved != first
+        w.reconcile()  # what the periodic rescan does
+        eventually(lambda: recorded() == moved, "the new HEAD recorded after a rescan")
