@@ -23,8 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from producers.ingest import BodyError, read_body
+from producers.ingest import read_body
 from shared.core.pipeline import enqueue_slack_action
+from shared.intake.batch import BodyError
 from shared.notify.actions import parse_actions
 
 log = logging.getLogger(__name__)
