@@ -24,6 +24,7 @@ from shared.notify.delivery import (
     Courier,
     DeliveryPolicy,
     Paced,
+    claim_id,
     deliver,
     post_reply,
     update_counts,
@@ -106,14 +107,20 @@ def test_two_services_reach_two_channels_paced_and_updated_per_channel(
     assert [m["ts"] for m in top_level(slack, DEFAULT)] == [shop.ts]
     assert [m["ts"] for m in top_level(slack, BILLING)] == [billing.ts]
     assert billing.channel == BILLING
+    assert "<!subteam^S0BILLING>" in top_level(slack, BILLING)[0]["text"]  # the rule's owners
+    # A crash after Slack took the routed post: the claim is found in the routed channel.
+    bill_inv = yard.investigation("billing-worker", "fp-bill")
+    fresh_redis.set(keys.notified(claim_id(bill_inv)), f"posting:{yard.groups.now_ms()}")
+    assert deliver(bill_inv, yard.courier).ts == billing.ts
+    assert len(top_level(slack, BILLING)) == 1
     with pytest.raises(Paced):  # ...while the routed channel's own slot is taken
         deliver(yard.investigation("billing-api", "fp-bill-2"), yard.courier)
     # The count update and its thread reply go to the channel the message is in.
     fresh_redis.delete(keys.slack_pace(BILLING))
     yard.groups.record("fp-bill", "billing-worker", "again")
-    assert update_counts("fp-bill", yard.courier) == 2
+    assert update_counts("fp-bill", yard.courier) == 3
     [updated] = top_level(slack, BILLING)
-    assert "*2* times" in json.dumps(updated["blocks"])
+    assert "*3* times" in json.dumps(updated["blocks"])
     reply = [r for r in yard.replies if r[0] == billing.ts]
     assert reply and {r[3] for r in reply} == {BILLING}
     fresh_redis.delete(keys.slack_pace(BILLING))
