@@ -246,6 +246,7 @@ class Clients:
             policy=courier.policy,
             rerun=self._rerun,
             code_version=self._code_version,
+            routed=bool(self.routing.rules),
         )
 
     def _rerun(self, inv: Investigation) -> None:

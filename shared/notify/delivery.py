@@ -292,6 +292,13 @@ def _release(c: Courier, guard: str) -> None:
     c.r.delete(keys.notified(guard))
 
 
+def pace_key(c: Courier, channel: str | None) -> str:
+    """What a message already posted (its count update, thread reply, rewrite) is paced on:
+    the channel it is in. Without routing every message is in the default channel, keyed as
+    its posts are (``policy.channel``, perhaps a ``#name`` where Slack answers with the id)."""
+    return channel if channel and c.routing.rules else c.policy.channel
+
+
 def take_slot(r: redis.Redis, channel: str, pace_s: float) -> None:
     """Hold the channel's posting slot for ``pace_s``, or raise ``Paced``."""
     pace_ms = int(pace_s * 1000)
@@ -388,7 +395,7 @@ def _revise(inv: Investigation, c: Courier) -> Notification:
         blocks = actions.with_blocks(blocks, activity=activity, picker=[])
     posted = inv.revises
     try:
-        take_slot(c.r, posted.channel or c.policy.channel, c.policy.pace_s)
+        take_slot(c.r, pace_key(c, posted.channel), c.policy.pace_s)
         c.notifier.update(posted.channel or c.policy.channel, posted.ts, text, blocks)
     except PermanentError as exc:  # the message is gone (deleted): say so, keep the result
         log.warning("notify.revision_refused", extra={"ts": posted.ts, "reason": str(exc)})
@@ -484,7 +491,7 @@ def post_reply(thread_ts: str, text: str, key: str, c: Courier, channel: str | N
     if c.r.exists(guard):
         return False
     block = {"type": "section", "text": {"type": "mrkdwn", "text": text}}
-    take_slot(c.r, channel or c.policy.channel, c.policy.pace_s)
+    take_slot(c.r, pace_key(c, channel), c.policy.pace_s)
     try:
         c.notifier_in(channel).send(text, [block], thread_ts=thread_ts)
     except PermanentError as exc:  # the top-level message is out; a reply is not worth more
@@ -509,7 +516,7 @@ def update_counts(fingerprint: str, c: Courier) -> int | None:
     blocks = with_occurrences(message["blocks"], occ, c.policy.language)
     blocks = actions.with_blocks(blocks, activity=actions.activity_lines(c.r, fingerprint))
     channel = state.msg_channel or c.policy.channel
-    take_slot(c.r, channel, c.policy.pace_s)  # the message's own channel is the one paced
+    take_slot(c.r, pace_key(c, channel), c.policy.pace_s)
     try:
         c.notifier.update(channel, state.msg_ts, message["text"], blocks)
     except PermanentError as exc:
