@@ -388,7 +388,8 @@ def _revise(inv: Investigation, c: Courier) -> Notification:
         return Notification.model_validate(claimed)
     group = inv.group
     state = c.groups.state(group.fingerprint) if group else None
-    text, blocks = build_message(inv, message_options(c, inv, state))
+    owners = target(c, inv).owners  # the rewrite keeps the mention (of the new top file)
+    text, blocks = build_message(inv, message_options(c, inv, state, owners))
     blocks = dressed(c, inv, blocks)
     if group is not None:
         activity = actions.activity_lines(c.r, group.fingerprint)

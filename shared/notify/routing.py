@@ -90,6 +90,10 @@ def _slack_id(value: str, where: str) -> str:
     return value
 
 
+def _is_channel(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip()) and not any(c.isspace() for c in value)
+
+
 def _rule(raw: Any, index: int, where: str) -> Rule:
     if not isinstance(raw, dict):
         raise RoutingError(f"{where}: a rule must be a table of {sorted(RULE_KEYS)}")
@@ -99,8 +103,7 @@ def _rule(raw: Any, index: int, where: str) -> Rule:
     channel, webhook = raw.get("channel"), raw.get("webhook")
     if (channel is None) == (webhook is None):
         raise RoutingError(f"{where}: give exactly one of channel and webhook")
-    if channel is not None and (not isinstance(channel, str) or not channel.strip()
-                                or any(c.isspace() for c in channel.strip())):  # fmt: skip
+    if channel is not None and not _is_channel(channel):
         raise RoutingError(f"{where}: channel must be a channel id or #name, got {channel!r}")
     if webhook is not None and (not isinstance(webhook, str) or not webhook.startswith("https://")):
         raise RoutingError(f"{where}: webhook must be an https:// URL")
@@ -115,7 +118,7 @@ def _rule(raw: Any, index: int, where: str) -> Rule:
     owners = _strings(raw["owners"], where, "owners") if "owners" in raw else ()
     route = Route(
         index=index,
-        channel=channel.strip() if isinstance(channel, str) else None,
+        channel=channel if isinstance(channel, str) else None,
         webhook=webhook,
         owners=tuple(_slack_id(o, where) for o in owners),
     )
