@@ -49,6 +49,7 @@ from shared.core.errors import PermanentError
 from shared.core.pipeline import (
     enqueue_files,
     enqueue_history,
+    enqueue_owners,
     enqueue_prune,
     enqueue_remove,
     sender_app,
@@ -68,6 +69,7 @@ from shared.index.sources import (
     read_source,
     walk,
 )
+from shared.notify.owners import read_codeowners
 
 log = logging.getLogger(__name__)
 
@@ -290,6 +292,8 @@ class Watcher:
         self._inflight: dict[str, AsyncResult] = {}  # path -> its last task, until it finishes
         self._gitignore_changed: float | None = None
         self._history_at: str | None = None  # the HEAD (or git's refusal) last recorded
+        self._owners_text: str | None = None  # the CODEOWNERS text last recorded
+        self._owners_recorded = False
         self._stopping = threading.Event()
         self._observer: BaseObserver | None = None
         self._thread: threading.Thread | None = None
@@ -644,6 +648,7 @@ class Watcher:
             )
         self.stats.reconciles += 1
         self.record_history(live)
+        self.record_owners()
         for rel in set(self._local) - live:
             self._local.pop(rel, None)
         log.info(
@@ -657,6 +662,16 @@ class Watcher:
                 "seconds": round(time.monotonic() - started, 3),
             },
         )
+
+    def record_owners(self) -> None:
+        """Record the CODEOWNERS file when it changed since the last record (on start and at
+        each rescan)."""
+        text = read_codeowners(self.root)
+        if text == self._owners_text and self._owners_recorded:
+            return
+        self._owners_text, self._owners_recorded = text, True
+        enqueue_owners(self.app, self.repo, text)
+        log.info("watch.codeowners", extra={"repo": self.repo, "found": text is not None})
 
     def record_history(self, live: Iterable[str]) -> None:
         """Read and record the checkout's git history when HEAD moved since the last record

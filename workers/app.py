@@ -10,6 +10,7 @@ from celery import Celery
 from celery.signals import worker_init
 
 from shared.core import queues
+from shared.notify.routing import RoutingError, routing_for
 from workers import context, heartbeat, metrics, redis_restart  # metrics: signal handlers
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,20 @@ def _configure(sender: Celery, **_: Any) -> None:
             task_events=s.task_events,
         )
     )
+
+
+@worker_init.connect
+def _check_routing(**_: Any) -> None:
+    """A bad routing file stops the worker at start, saying which rule and what is wrong,
+    instead of sending every message to the default channel. (Celery logs and swallows an
+    Exception from a signal handler; SystemExit ends the start.)"""
+    try:
+        routing = routing_for(context.settings())
+    except RoutingError as exc:
+        log.error("routing.invalid", extra={"error": str(exc)})
+        raise SystemExit(f"tracehound: bad routing file: {exc}") from exc
+    if routing.rules:
+        log.info("routing.loaded", extra={"rules": len(routing.rules)})
 
 
 @worker_init.connect

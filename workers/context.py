@@ -44,7 +44,9 @@ from shared.notify.notifiers import (
     SlackBotNotifier,
     SlackWebhookNotifier,
 )
+from shared.notify.owners import OwnersStore
 from shared.notify.respond import Responder
+from shared.notify.routing import Routing, routing_for
 from shared.retrieve.keywords import BM25Index
 from shared.retrieve.priors import PathPrior
 from workers import metrics
@@ -224,7 +226,14 @@ class Clients:
             reply_later=self._reply_later,
             on_fallback=metrics.fallback,
             reanalyze_later=self._reanalyze_later,
+            routing=self.routing,
+            owners=OwnersStore(self.redis),
         )
+
+    @cached_property
+    def routing(self) -> Routing:
+        """TRACEHOUND_ROUTING's rules (checked at worker start: workers/app.py)."""
+        return routing_for(self.settings)
 
     @cached_property
     def responder(self) -> Responder:
@@ -237,6 +246,7 @@ class Clients:
             policy=courier.policy,
             rerun=self._rerun,
             code_version=self._code_version,
+            routed=bool(self.routing.rules),
         )
 
     def _rerun(self, inv: Investigation) -> None:
@@ -251,8 +261,9 @@ class Clients:
         app = current_app._get_current_object()
         enqueue_reanalysis(app, investigation, countdown=self.settings.reanalyze_after)
 
-    def _reply_later(self, thread_ts: str, text: str, key: str) -> None:
-        enqueue_thread_reply(current_app._get_current_object(), thread_ts, text, key)
+    def _reply_later(self, thread_ts: str, text: str, key: str, channel: str | None) -> None:
+        app = current_app._get_current_object()
+        enqueue_thread_reply(app, thread_ts, text, key, channel=channel)
 
     @cached_property
     def console(self) -> ConsoleNotifier:

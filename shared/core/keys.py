@@ -127,6 +127,11 @@ def history(repo: str) -> str:
     return f"{PREFIX}history:{_digest(repo)}"
 
 
+def codeowners(repo: str) -> str:
+    """String: the repo's CODEOWNERS file as the indexer found it (shared/notify/owners.py)."""
+    return f"{PREFIX}codeowners:{_digest(repo)}"
+
+
 # --- what the on-call said in Slack (shared/intake/triage.py, shared/notify/respond.py) ----
 
 

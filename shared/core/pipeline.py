@@ -6,6 +6,7 @@
     slack_action [notify]: a button pressed on a message (Socket Mode or the Request URL)
     index_files / index_file [index] → embed_backlog [embed]     remove_file, prune_repo [index]
     record_history [index]: the git history index and watch read from the checkout
+    record_owners [index]: the CODEOWNERS file index and watch read from the checkout
 
 Every task signature is built in this module; nothing else calls ``app.signature``.
 
@@ -172,9 +173,12 @@ def enqueue_update_group(app: Celery, fingerprint: str, *, countdown: float) -> 
     return _send(app, queues.UPDATE_GROUP, fingerprint, countdown=countdown)
 
 
-def enqueue_thread_reply(app: Celery, thread_ts: str, text: str, key: str) -> AsyncResult:
-    """A reply in a message's thread, posted (and paced) by its own task, once per ``key``."""
-    return _send(app, queues.THREAD_REPLY, thread_ts, text, key)
+def enqueue_thread_reply(
+    app: Celery, thread_ts: str, text: str, key: str, *, channel: str | None = None
+) -> AsyncResult:
+    """A reply in a message's thread (in ``channel``, where its message was posted; None:
+    the default channel), posted (and paced) by its own task, once per ``key``."""
+    return _send(app, queues.THREAD_REPLY, thread_ts, text, key, channel)
 
 
 def enqueue_files(
@@ -206,6 +210,11 @@ def enqueue_prune(
 def enqueue_embed_backlog(app: Celery, repo: str) -> AsyncResult:
     """A drain of ``repo``'s embedding backlog (shared/index/backlog.py), at bulk priority."""
     return _send(app, queues.EMBED_BACKLOG, repo, priority=queues.BULK_PRIORITY)
+
+
+def enqueue_owners(app: Celery, repo: str, codeowners: str | None) -> AsyncResult:
+    """Store the checkout's CODEOWNERS text (None: it has none) for notify to mention owners."""
+    return _send(app, queues.RECORD_OWNERS, repo, codeowners)
 
 
 def enqueue_history(app: Celery, repo: str, record: RepoHistory) -> AsyncResult:

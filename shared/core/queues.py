@@ -28,6 +28,7 @@ UPDATE_GROUP = "tracehound.update_group"
 THREAD_REPLY = "tracehound.thread_reply"
 REANALYZE = "tracehound.reanalyze"
 RECORD_HISTORY = "tracehound.record_history"
+RECORD_OWNERS = "tracehound.record_owners"
 INTAKE_BATCH = "tracehound.intake_batch"
 SLACK_ACTION = "tracehound.slack_action"
 
@@ -47,6 +48,7 @@ ROUTES: dict[str, str] = {
     THREAD_REPLY: "notify",
     REANALYZE: "notify",
     RECORD_HISTORY: "index",
+    RECORD_OWNERS: "index",
     INTAKE_BATCH: "intake",
     SLACK_ACTION: "notify",
 }
@@ -74,6 +76,7 @@ TIME_LIMITS: dict[str, int] = {
     THREAD_REPLY: 60,
     REANALYZE: 60,
     RECORD_HISTORY: 60,
+    RECORD_OWNERS: 60,
     INTAKE_BATCH: 120,
     SLACK_ACTION: 60,
 }

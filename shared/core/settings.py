@@ -216,6 +216,11 @@ class Settings(BaseSettings):
         description="The Slack app's signing secret: ingest serves POST /slack/actions (the "
         "app's Request URL) and refuses unsigned, wrongly signed or replayed requests.",
     )
+    routing: Path | None = Field(
+        None,
+        description="TOML (or YAML) routing file: service and path globs -> channel or "
+        "webhook and owners (shared/notify/routing.py); checked when a worker starts.",
+    )
     slack_pace: float = Field(
         1.0, ge=0, description="Seconds between messages to one channel (Slack allows ~1/s)."
     )

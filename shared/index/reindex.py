@@ -13,10 +13,11 @@ from celery.result import AsyncResult
 
 from shared.core.domain import RepoHistory
 from shared.core.errors import PermanentError
-from shared.core.pipeline import enqueue_files, enqueue_history, enqueue_prune
+from shared.core.pipeline import enqueue_files, enqueue_history, enqueue_owners, enqueue_prune
 from shared.index.chunking import language_of
 from shared.index.history import HistoryBounds, collect_history
 from shared.index.sources import Skipped, SourceFile, read_source, walk
+from shared.notify.owners import read_codeowners
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,7 @@ def index_repository(
     for batch in batches(iter(files)):
         payload = [{"path": f.path, "text": f.text} for f in batch]
         pending.append((enqueue_files(app, repo, payload), len(batch), [f.path for f in batch]))
+    owners = enqueue_owners(app, repo, read_codeowners(root))
     recorded = None
     if history is not None:
         record = collect_history(root, [f.path for f in files], history)
@@ -122,6 +124,10 @@ def index_repository(
     if not report.failed:  # pruning after a partial failure could drop files that still exist
         pruned = enqueue_prune(app, repo, [f.path for f in files]).get(timeout=timeout)
         report.removed_files = list(pruned["removed_files"])
+    try:
+        owners.get(timeout=timeout, propagate=True)
+    except Exception as exc:  # messages go out all the same, without CODEOWNERS mentions
+        log.warning("codeowners.record_failed", extra={"repo": repo, "error": str(exc)})
     if recorded is not None:
         try:
             recorded.get(timeout=timeout, propagate=True)

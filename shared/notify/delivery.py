@@ -50,10 +50,13 @@ from shared.notify.message import (
     build_message,
     escape,
     top_files,
+    top_path,
     trace_reply,
     with_occurrences,
 )
-from shared.notify.notifiers import Delivery, Notifier
+from shared.notify.notifiers import Delivery, Notifier, SlackBotNotifier, SlackWebhookNotifier
+from shared.notify.owners import OwnersStore, mentions, owners_of
+from shared.notify.routing import Route, Routing
 
 log = logging.getLogger(__name__)
 
@@ -106,13 +109,61 @@ class Courier:
     notifier: Notifier
     console: Notifier  # where a refused message is kept
     policy: DeliveryPolicy
-    reply_later: Callable[[str, str, str], object]  # (thread_ts, text, key) -> enqueued
+    # (thread_ts, text, key, channel) -> enqueued; channel: the one the thread is in
+    reply_later: Callable[[str, str, str, str | None], object]
     on_fallback: Callable[[str], None] = field(default=lambda stage: None)
     # A degraded message's second chance: the investigation (JSON) to analyse again later.
     reanalyze_later: Callable[[dict[str, Any]], object] | None = None
+    routing: Routing = field(default_factory=Routing)  # TRACEHOUND_ROUTING's rules
+    owners: OwnersStore | None = None  # CODEOWNERS as the indexer recorded them
 
     def __post_init__(self) -> None:
         self.take_over = self.r.register_script(_TAKE_OVER)
+        self._routed: dict[str, Notifier] = {}
+
+    def notifier_in(self, channel: str | None) -> Notifier:
+        """The notifier posting to ``channel`` (the default one for None, a webhook or the
+        console: they have one destination only)."""
+        if not channel or not isinstance(self.notifier, SlackBotNotifier):
+            return self.notifier
+        if channel == self.notifier.channel:
+            return self.notifier
+        if channel not in self._routed:
+            self._routed[channel] = self.notifier.in_channel(channel)
+        return self._routed[channel]
+
+    def notifier_for(self, route: Route | None) -> Notifier:
+        if route is None:
+            return self.notifier
+        if route.webhook is not None:
+            if route.webhook not in self._routed:
+                self._routed[route.webhook] = SlackWebhookNotifier(route.webhook)
+            return self._routed[route.webhook]
+        return self.notifier_in(route.channel)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one message goes: its notifier, the channel its pacing is keyed on, and the
+    owners' mentions (mrkdwn built by tracehound)."""
+
+    notifier: Notifier
+    channel: str
+    owners: str = ""
+
+
+def target(c: Courier, inv: Investigation) -> Target:
+    """The first matching routing rule's channel (else the default) and the owners of the top
+    cited file (CODEOWNERS) with the rule's owners."""
+    path = top_path(inv)
+    route = c.routing.route(inv.event.service, path)
+    code_owners: tuple[str, ...] = ()
+    if c.owners is not None and path is not None:
+        code_owners = owners_of(c.owners.rules(inv.event.repo), path)
+    named = mentions([*code_owners, *(route.owners if route else ())], c.routing.owners)
+    if route is None:
+        return Target(c.notifier, c.policy.channel, named)
+    return Target(c.notifier_for(route), route.target, named)
 
 
 # --- pure decisions ---------------------------------------------------------------------------
@@ -163,13 +214,16 @@ def occurrences_of(state: GroupState | None) -> Occurrences | None:
     return Occurrences(state.window_count, state.first_seen, state.last_seen)
 
 
-def message_options(c: Courier, inv: Investigation, state: GroupState | None) -> MessageOptions:
+def message_options(
+    c: Courier, inv: Investigation, state: GroupState | None, owners: str = ""
+) -> MessageOptions:
     return MessageOptions(
         repo_url_template=c.policy.repo_url_template,
         min_relevance=c.policy.min_relevance,
         occurrences=occurrences_of(state),
         trace_in_thread=c.notifier.destination == "slack" and bool(inv.event.stacktrace.strip()),
         language=c.policy.language,
+        owners=owners,
     )
 
 
@@ -238,6 +292,13 @@ def _release(c: Courier, guard: str) -> None:
     c.r.delete(keys.notified(guard))
 
 
+def pace_key(c: Courier, channel: str | None) -> str:
+    """What a message already posted (its count update, thread reply, rewrite) is paced on:
+    the channel it is in. Without routing every message is in the default channel, keyed as
+    its posts are (``policy.channel``, perhaps a ``#name`` where Slack answers with the id)."""
+    return channel if channel and c.routing.rules else c.policy.channel
+
+
 def take_slot(r: redis.Redis, channel: str, pace_s: float) -> None:
     """Hold the channel's posting slot for ``pace_s``, or raise ``Paced``."""
     pace_ms = int(pace_s * 1000)
@@ -274,7 +335,8 @@ def deliver(inv: Investigation, c: Courier) -> Notification:
     state = c.groups.state(group.fingerprint) if group else None
     resolved = triage.resolved(c.r, group.fingerprint) if group else None
     in_thread_of = None if resolved else thread_target(group, state, p.thread_only)
-    options = message_options(c, inv, state)
+    aim = target(c, inv)
+    options = message_options(c, inv, state, aim.owners)
     text, blocks = build_message(inv, options)
     blocks = dressed(c, inv, blocks, resolved)
     if resolved is not None:
@@ -282,17 +344,17 @@ def deliver(inv: Investigation, c: Courier) -> Notification:
     delivery = None
     if isinstance(claimed, Posting):
         # A run claimed this and never recorded a result: it crashed, or its post timed out.
-        delivery = c.notifier.find(guard, thread_ts=in_thread_of)
+        delivery = aim.notifier.find(guard, thread_ts=in_thread_of)
         if delivery is None:
             _take_over_if_stale(c, guard, claimed)
     if delivery is None:
         try:
-            take_slot(c.r, p.channel, p.pace_s)
+            take_slot(c.r, aim.channel, p.pace_s)
         except Paced:
             _release(c, guard)  # nothing was sent
             raise
         try:
-            delivery = c.notifier.send(text, blocks, thread_ts=in_thread_of, claim=guard)
+            delivery = aim.notifier.send(text, blocks, thread_ts=in_thread_of, claim=guard)
         except PermanentError as exc:
             delivery = _keep_refused(inv, text, blocks, str(exc), c)
         except TransientError as exc:
@@ -326,14 +388,15 @@ def _revise(inv: Investigation, c: Courier) -> Notification:
         return Notification.model_validate(claimed)
     group = inv.group
     state = c.groups.state(group.fingerprint) if group else None
-    text, blocks = build_message(inv, message_options(c, inv, state))
+    owners = target(c, inv).owners  # the rewrite keeps the mention (of the new top file)
+    text, blocks = build_message(inv, message_options(c, inv, state, owners))
     blocks = dressed(c, inv, blocks)
     if group is not None:
         activity = actions.activity_lines(c.r, group.fingerprint)
         blocks = actions.with_blocks(blocks, activity=activity, picker=[])
     posted = inv.revises
     try:
-        take_slot(c.r, c.policy.channel, c.policy.pace_s)
+        take_slot(c.r, pace_key(c, posted.channel), c.policy.pace_s)
         c.notifier.update(posted.channel or c.policy.channel, posted.ts, text, blocks)
     except PermanentError as exc:  # the message is gone (deleted): say so, keep the result
         log.warning("notify.revision_refused", extra={"ts": posted.ts, "reason": str(exc)})
@@ -374,7 +437,12 @@ def _record(
     the result under the claim, which answers every later run."""
     group = inv.group
     if trace and delivery.ts and delivery.destination == "slack":
-        c.reply_later(delivery.ts, trace_reply(inv, c.policy.language), f"{delivery.ts}:trace")
+        c.reply_later(
+            delivery.ts,
+            trace_reply(inv, c.policy.language),
+            f"{delivery.ts}:trace",
+            delivery.channel,
+        )
     if group and delivery.ts and in_thread_of is None:
         c.groups.set_message(
             group.fingerprint, group.window_start, delivery.channel, delivery.ts, text, blocks
@@ -416,16 +484,17 @@ def _keep_result(
     return result
 
 
-def post_reply(thread_ts: str, text: str, key: str, c: Courier) -> bool:
-    """One reply in a message's thread, paced like every post; False if Slack refused it or it
-    was posted before."""
+def post_reply(thread_ts: str, text: str, key: str, c: Courier, channel: str | None = None) -> bool:
+    """One reply in a message's thread (in ``channel``, the one its message was posted in;
+    None: the default channel), paced like every post; False if Slack refused it or it was
+    posted before."""
     guard = keys.replied(key)
     if c.r.exists(guard):
         return False
     block = {"type": "section", "text": {"type": "mrkdwn", "text": text}}
-    take_slot(c.r, c.policy.channel, c.policy.pace_s)
+    take_slot(c.r, pace_key(c, channel), c.policy.pace_s)
     try:
-        c.notifier.send(text, [block], thread_ts=thread_ts)
+        c.notifier_in(channel).send(text, [block], thread_ts=thread_ts)
     except PermanentError as exc:  # the top-level message is out; a reply is not worth more
         log.warning("thread_reply.refused", extra={"thread_ts": thread_ts, "reason": str(exc)})
         return False
@@ -448,7 +517,7 @@ def update_counts(fingerprint: str, c: Courier) -> int | None:
     blocks = with_occurrences(message["blocks"], occ, c.policy.language)
     blocks = actions.with_blocks(blocks, activity=actions.activity_lines(c.r, fingerprint))
     channel = state.msg_channel or c.policy.channel
-    take_slot(c.r, c.policy.channel, c.policy.pace_s)
+    take_slot(c.r, pace_key(c, channel), c.policy.pace_s)
     try:
         c.notifier.update(channel, state.msg_ts, message["text"], blocks)
     except PermanentError as exc:
@@ -460,7 +529,7 @@ def update_counts(fingerprint: str, c: Courier) -> int | None:
     now = c.groups.now_ms()
     quiet = triage.muted(c.r, fingerprint) is not None  # counted on the message, not posted
     if not quiet and reply_due(state, now, c.policy.update_interval_s):
-        c.reply_later(state.msg_ts, still_happening(occ.count), f"{state.msg_ts}:{now}")
+        c.reply_later(state.msg_ts, still_happening(occ.count), f"{state.msg_ts}:{now}", channel)
         c.groups.mark_thread_reply(fingerprint, now)
     return occ.count
 

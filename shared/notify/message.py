@@ -49,6 +49,14 @@ def top_files(inv: Investigation) -> list[str]:
     return [f"{c.path}:{c.lines}" for c in inv.candidates]
 
 
+def top_path(inv: Investigation) -> str | None:
+    """The path of the top cited file (what routing and CODEOWNERS look at)."""
+    a = inv.analysis
+    if a and a.relevant_files:
+        return a.relevant_files[0].path
+    return inv.candidates[0].path if inv.candidates else None
+
+
 @dataclass(frozen=True)
 class Occurrences:
     count: int  # in this window
@@ -65,6 +73,7 @@ class MessageOptions:
     occurrences: Occurrences | None = None
     trace_in_thread: bool = False  # the trace goes to a thread reply, not the main body
     language: str = "en"  # of the fixed strings (shared/notify/phrases.py)
+    owners: str = ""  # mrkdwn mentions built by shared/notify/owners.py, never from input
 
 
 WEAK_CONFIDENCE_CAP = 0.30  # what a hypothesis may claim when the evidence is weak
@@ -221,6 +230,8 @@ def build_message(
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": _clip(_title(inv), 150)}},
     ]
+    if opts.owners:
+        blocks.append(_section(f"*{say('owners')}:* {opts.owners}"))
     if ev.message:
         # In a code block: text from logs renders literally (*bold*, _italic_, ~strike~ too).
         blocks.append(_section(f"*{say('error')}:*\n{_code(_clip(ev.message, 500))}"))
@@ -275,6 +286,8 @@ def build_message(
     if opts.occurrences is not None:
         blocks.append(occurrences_block(opts.occurrences, opts.language))
     text = _fallback_text(inv, weak, opts.language)
+    if opts.owners:  # in the text too: it is what the notification shows
+        text = f"{opts.owners} {text}"
     return text, blocks[:MAX_BLOCKS]
 
 

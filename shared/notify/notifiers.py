@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import sys
@@ -82,6 +83,12 @@ class SlackBotNotifier:
         self._client = WebClient(token=token, base_url=base_url, timeout=int(timeout))
 
     destination = "slack"
+
+    def in_channel(self, channel: str) -> SlackBotNotifier:
+        """The same bot (and HTTP client) posting to another channel: a routed message."""
+        other = copy.copy(self)
+        other.channel = channel
+        return other
 
     def _call(self, method: str, **kwargs: Any) -> Any:
         from slack_sdk.errors import SlackApiError, SlackClientError

@@ -38,6 +38,7 @@ PHRASES: dict[str, dict[str, str]] = {
         "once": "{count} time",
         "first_seen": "first seen {when}",
         "last_seen": "last seen {when}",
+        "owners": "Owners",
     },
     "ko": {
         "error": "오류",
@@ -69,6 +70,7 @@ PHRASES: dict[str, dict[str, str]] = {
         "once": "{count}회",
         "first_seen": "최초 {when}",
         "last_seen": "최근 {when}",
+        "owners": "담당자",
     },
 }
 

@@ -49,6 +49,7 @@ class Responder:
     rerun: Callable[[Investigation], object]  # enqueue the analysis chain
     code_version: Callable[[str], str | None]  # repo -> the commit its index holds
     mute_s: int = MUTE_S
+    routed: bool = False  # messages may be in other channels than the default (routing)
 
 
 def _s(value: object) -> str | None:
@@ -156,7 +157,9 @@ def _show(
         log.info("slack.action_old_message", extra={"ts": action.message_ts})
         return
     blocks = actions.with_blocks(message["blocks"], activity=lines, picker=picker)
-    take_slot(rs.r, rs.policy.channel, rs.policy.pace_s)
+    # Paced on the message's own channel (see delivery.pace_key).
+    channel = action.channel if rs.routed and action.channel else rs.policy.channel
+    take_slot(rs.r, channel, rs.policy.pace_s)
     try:
         rs.notifier.update(action.channel, action.message_ts, message["text"], blocks)
     except PermanentError as exc:  # the message is gone: the state change stands

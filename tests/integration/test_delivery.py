@@ -71,7 +71,7 @@ class Courtyard:
             ),
             console=ConsoleNotifier(self.console_file, stream=io.StringIO()),
             policy=DeliveryPolicy(channel=CHANNEL, **{"pace_s": 0.0, **policy}),
-            reply_later=lambda ts, text, key: self.replies.append((ts, text, key)),
+            reply_later=lambda ts, text, key, channel: self.replies.append((ts, text, key)),
             on_fallback=self.fallbacks.append,
         )
 

@@ -18,6 +18,7 @@ from shared.index.corpus import RedisCorpus
 from shared.index.reindex import index_repository
 from shared.index.vectors import ChromaVectorIndex
 from shared.intake.frames import parse_frames
+from shared.notify.owners import OwnersStore, owners_of
 from shared.retrieve.hybrid import frame_ranking
 from shared.retrieve.keywords import BM25Index
 from tests.conftest import model_not_pulled
@@ -289,3 +290,14 @@ def test_single_file_changes_are_embedded_several_per_request_and_each_gets_its_
     # Each chunk embedded once (mod_0's twice if its saves fell in two drains).
     assert n <= sum(len(r["body"]["input"]) for r in ours) <= n + 1
     assert len(ours) < n // 2  # several files per request (one each before the backlog)
+
+
+def test_index_records_the_codeowners_github_would_use_for_notify_to_read(
+    sender: Any, settings: Settings, sample_copy: Path, redis_client: redis.Redis
+) -> None:
+    (sample_copy / ".github").mkdir(exist_ok=True)
+    (sample_copy / ".github" / "CODEOWNERS").write_text("*.py @acme/py\n")
+    (sample_copy / "CODEOWNERS").write_text("* @ignored\n")  # .github/ comes first
+    repo = new_repo()
+    index(sender, sample_copy, repo, settings, history=None)
+    assert owners_of(OwnersStore(redis_client).rules(repo), "app/x.py") == ("@acme/py",)

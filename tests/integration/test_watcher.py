@@ -24,6 +24,7 @@ from shared.index.corpus import RedisCorpus
 from shared.index.history import HistoryStore
 from shared.index.reindex import index_repository
 from shared.index.vectors import ChromaVectorIndex
+from shared.notify.owners import OwnersStore, owners_of
 from shared.retrieve.keywords import BM25Index
 from tests.conftest import SAMPLE_SERVICE
 
@@ -393,3 +394,17 @@ def test_a_commit_that_changes_no_file_is_recorded_as_the_code_version(
         assert moved != first
         w.reconcile()  # what the periodic rescan does
         eventually(lambda: recorded() == moved, "the new HEAD recorded after a rescan")
+
+
+def test_watch_records_codeowners_on_start_and_again_once_it_changed(
+    sender: Any, settings: Settings, sample_copy: Path, corpus: RedisCorpus,
+    redis_client: redis.Redis,
+) -> None:  # fmt: skip
+    (sample_copy / "CODEOWNERS").write_text("* @acme/first\n")
+    repo = new_repo()
+    store = OwnersStore(redis_client)
+    with watching(sender, sample_copy, repo, settings, corpus) as w:
+        eventually(lambda: owners_of(store.rules(repo), "a.py") == ("@acme/first",), "on start")
+        (sample_copy / "CODEOWNERS").write_text("* @acme/second\n")
+        w.reconcile()  # what the periodic rescan does
+        eventually(lambda: owners_of(store.rules(repo), "a.py") == ("@acme/second",), "changed")

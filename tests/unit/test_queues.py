@@ -26,6 +26,7 @@ TASK_NAMES = [
     queues.THREAD_REPLY,
     queues.REANALYZE,
     queues.RECORD_HISTORY,
+    queues.RECORD_OWNERS,
     queues.INTAKE_BATCH,
     queues.SLACK_ACTION,
 ]

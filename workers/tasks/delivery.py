@@ -55,10 +55,12 @@ def notify(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 @app.task(**task_options(q.THREAD_REPLY, retry_forever=True))
-def thread_reply(self: Any, thread_ts: str, text: str, key: str) -> dict[str, Any]:
+def thread_reply(
+    self: Any, thread_ts: str, text: str, key: str, channel: str | None = None
+) -> dict[str, Any]:
     """One reply in a message's thread, paced like every post; posted once per ``key``."""
     try:
-        posted = post_reply(thread_ts, text, key, context.clients().courier)
+        posted = post_reply(thread_ts, text, key, context.clients().courier, channel)
     except Paced:
         raise self.retry(countdown=paced_retry_s()) from None
     except TransientError as exc:

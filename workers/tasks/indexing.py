@@ -22,6 +22,7 @@ from shared.core.pipeline import enqueue_embed_backlog
 from shared.index.backlog import Entry
 from shared.index.history import HistoryStore
 from shared.index.indexing import FilePlan, finish_file, plan_file, prune, remove_path, store_chunks
+from shared.notify.owners import OwnersStore
 from workers import context
 from workers.app import app, task_options
 from workers.retry import retry
@@ -178,3 +179,13 @@ def record_history(self: Any, repo: str, record: dict[str, Any]) -> dict[str, An
     except redis.RedisError as exc:
         raise retry(self, TransientError(f"redis: {exc}")) from exc
     return {"repo": repo, "commit": parsed.version.commit, "files": len(parsed.files)}
+
+
+@app.task(**task_options(q.RECORD_OWNERS))
+def record_owners(self: Any, repo: str, codeowners: str | None) -> dict[str, Any]:
+    """Store a repo's CODEOWNERS text as read by index or watch (replacing the previous one)."""
+    try:
+        OwnersStore(context.clients().redis).put(repo, codeowners)
+    except redis.RedisError as exc:
+        raise retry(self, TransientError(f"redis: {exc}")) from exc
+    return {"repo": repo, "codeowners": codeowners is not None}
