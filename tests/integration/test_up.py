@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -23,7 +24,7 @@ import httpx
 import pytest
 
 from shared.devtools import stackfile
-from shared.devtools.localstack import ChildSpec, Proc, free_port, spawn, wait_until
+from shared.devtools.localstack import ChildSpec, Proc, spawn, wait_until
 from shared.devtools.supervisor import Supervisor, restart_delay
 from shared.devtools.up import child_state_text
 from shared.index.vectors import collection_name
@@ -33,6 +34,21 @@ pytestmark = pytest.mark.integration
 
 REPO = "up-sample"
 TRACE = (DATA / "sample-error.txt").read_text()
+
+
+def stable_port() -> int:
+    """A free port below Linux's ephemeral range (32768 and up), so that none of the ports the
+    stack binds while starting (simulators, Redis, Chroma: port 0, the kernel's choice) can be
+    handed the one the test chose for ingest before ingest binds it (a CI run met that)."""
+    for _ in range(500):
+        port = random.randrange(20_000, 32_000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port in 20000-32000")
 
 
 def clean_env() -> dict[str, str]:
@@ -108,7 +124,7 @@ def test_up_serves_restarts_a_killed_worker_and_keeps_index_and_groups_across_do
     home: Path,
 ) -> None:
     data_dir = home / ".tracehound"
-    port = free_port()
+    port = stable_port()
     extra: Proc | None = None
     started = up(home, port)
     try:
@@ -122,7 +138,7 @@ def test_up_serves_restarts_a_killed_worker_and_keeps_index_and_groups_across_do
         for name in ("redis", "chroma", "worker-embed", "worker-llm", "ingest"):
             assert (data_dir / "logs" / f"{name}.log").exists()
 
-        again = th(["up", "--detach", "--ingest-port", str(free_port())], home)
+        again = th(["up", "--detach", "--ingest-port", str(stable_port())], home)
         assert again.returncode == 1 and "already running" in said(again.stderr)
 
         # A worker started by hand joins the stack the same way (Celery reads only variables).
@@ -236,7 +252,7 @@ def test_up_refuses_an_ingest_port_in_use(tmp_path: Path) -> None:
 def test_up_names_a_missing_redis_server(tmp_path: Path) -> None:
     env = clean_env() | {"PATH": str(tmp_path)}  # nothing on PATH
     done = subprocess.run(
-        [sys.executable, "-m", "producers.cli", "up", "--ingest-port", str(free_port())],
+        [sys.executable, "-m", "producers.cli", "up", "--ingest-port", str(stable_port())],
         cwd=tmp_path,
         env=env,
         capture_output=True,
