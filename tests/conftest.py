@@ -47,6 +47,14 @@ def slack_sim() -> Iterator[SlackSimulator]:
         yield sim
 
 
+@pytest.fixture
+def slack(slack_sim: SlackSimulator) -> Iterator[SlackSimulator]:
+    """The session's Slack simulator, emptied before and after the test."""
+    slack_sim.reset()
+    yield slack_sim
+    slack_sim.reset()
+
+
 @pytest.fixture(scope="session")
 def private_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A redis-server of this test session's own, for tests that need Redis but no workers."""

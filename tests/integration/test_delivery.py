@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +45,6 @@ pytestmark = pytest.mark.integration
 
 CHANNEL = "C0DELIVERY"
 TRACE = 'Traceback (most recent call last):\n  File "shop/pricing.py", line 12\nKeyError: "sku"'
-
-
-@pytest.fixture
-def slack(slack_sim: SlackSimulator) -> Iterator[SlackSimulator]:
-    slack_sim.reset()
-    yield slack_sim
-    slack_sim.reset()
 
 
 class Courtyard:

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +46,6 @@ channel = "{BILLING}"
 owners = ["S0BILLING"]
 """
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def slack(slack_sim: SlackSimulator) -> Iterator[SlackSimulator]:
-    slack_sim.reset()
-    yield slack_sim
-    slack_sim.reset()
 
 
 class Yard:
