@@ -8,6 +8,10 @@ held its messages for 96 minutes. Here the timeout is short (``TRACEHOUND_REDELI
 30 s) and this consumer step re-scores every message the worker holds — running, or waiting
 for its countdown — every quarter of it. A worker that dies stops renewing, and its messages
 are handed out again within the timeout plus one restore sweep.
+
+It also puts back a message the worker took off a queue but could not record as unacknowledged
+(Redis went away in between: workers/redis_restart.py), when the consumer starts again after
+the reconnection and, should that fail, on every later tick.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from typing import Any
 
 import redis
 from celery import bootsteps
+
+from workers import redis_restart
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +46,29 @@ class VisibilityHeartbeat(bootsteps.StartStopStep):
         client = redis.Redis.from_url(
             c.app.conf.broker_url, socket_connect_timeout=5, socket_timeout=5
         )
+        self._put_back(channel)
         self._stop.clear()
         self._thread = threading.Thread(
             target=self._run,
-            args=(channel.qos, channel.unacked_index_key, client, timeout / 4),
+            args=(channel, channel.unacked_index_key, client, timeout / 4),
             name="visibility-heartbeat",
             daemon=True,
         )
         self._thread.start()
 
-    def _run(self, qos: Any, index_key: str, client: redis.Redis, every: float) -> None:
+    @staticmethod
+    def _put_back(channel: Any) -> None:
+        if not redis_restart.kept():
+            return
+        try:
+            redis_restart.restore_kept(channel)
+        except redis.RedisError as exc:
+            log.warning("heartbeat.put_back_failed", extra={"error": str(exc)})
+
+    def _run(self, channel: Any, index_key: str, client: redis.Redis, every: float) -> None:
         while not self._stop.wait(every):
-            held = list(qos._delivered)  # the delivery tags this worker has not acknowledged
+            self._put_back(channel)
+            held = list(channel.qos._delivered)  # delivery tags this worker has not acknowledged
             if not held:
                 continue
             try:

@@ -446,14 +446,22 @@ class HostSession:
     def _renew_loop(self) -> None:
         interval = max(0.05, min(self.lease.ttl / 3, self.idle_release / 2))
         while not self._stop.wait(interval):
-            with self._lock:
-                if self.lease.token is None:
-                    continue
-                idle = not self.busy and time.monotonic() - self.last_activity > self.idle_release
-                if idle:
-                    self._release()  # no task followed: let others have the host
-                elif not self.lease.renew():
-                    log.warning("host.lease_lost", extra={"host": self.lease.host})
+            try:
+                self._renew_once()
+            except redis.RedisError as exc:
+                # Redis restarting: keep the thread; the lease expires on its own if this
+                # lasts, and the next task's fencing check finds that out before any call.
+                log.warning("host.renew_failed", extra={"host": self.lease.host, "error": str(exc)})
+
+    def _renew_once(self) -> None:
+        with self._lock:
+            if self.lease.token is None:
+                return
+            idle = not self.busy and time.monotonic() - self.last_activity > self.idle_release
+            if idle:
+                self._release()  # no task followed: let others have the host
+            elif not self.lease.renew():
+                log.warning("host.lease_lost", extra={"host": self.lease.host})
 
     def close(self) -> None:
         self._stop.set()
