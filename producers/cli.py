@@ -137,14 +137,16 @@ def config() -> None:
 
 @cli.command()
 def status() -> None:
-    """Queue depths and consumers; per model host: holder, loaded model, swaps, busy time; the
-    processes of a `tracehound up` stack: pids, restarts, health."""
+    """Queue depths and consumers; the analysis backlog (groups waiting, the oldest's age);
+    per model host: holder, loaded model, swaps, busy time; the processes of a `tracehound up`
+    stack: pids, restarts, health."""
     import redis
     from rich.table import Table
 
     from shared.core.persistence import persistence_warning
     from shared.core.pipeline import sender_app
     from shared.devtools.up import child_health, stack_table
+    from shared.intake import deferred
     from shared.models.hosts import host_status, known_hosts
 
     settings = load_settings()
@@ -175,6 +177,16 @@ def status() -> None:
     for q in queues.ALL_QUEUES:
         table.add_row(q, str(queues.depth(r, q)), ", ".join(sorted(consumers.get(q, []))) or "-")
     out.print(table)
+    waiting = deferred.backlog(r)
+    if waiting.waiting:
+        out.print(
+            f"analysis backlog: {waiting.waiting} new group(s) waiting for the model host, "
+            f"the oldest for {waiting.oldest_age_s:.0f} s (incident members and groups over "
+            "TRACEHOUND_MAX_NEW_GROUPS; analysed by count while the host is free)",
+            highlight=False,
+        )
+    else:
+        out.print("analysis backlog: empty", highlight=False)
     hosts = Table(
         "host", "holder", "loaded model", "waiting", "swaps", "calls", "busy s", title="model hosts"
     )

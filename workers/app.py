@@ -59,9 +59,9 @@ def _check_routing(**_: Any) -> None:
 
 @worker_init.connect
 def _serve_metrics(**_: Any) -> None:
-    port = context.settings().metrics_port
-    if port:
-        metrics.serve(port, context.settings().data_dir)
+    s = context.settings()
+    if s.metrics_port:
+        metrics.serve(s.metrics_port, s.data_dir, s.redis_url)
 
 
 @worker_init.connect

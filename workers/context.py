@@ -24,7 +24,7 @@ from shared.index.history import HistoryStore
 from shared.index.vectors import ChromaVectorIndex
 from shared.intake.groups import GroupStore
 from shared.intake.redact import Redactor
-from shared.intake.submit import Intake
+from shared.intake.submit import Intake, schedule_incident_update
 from shared.models.chat import ChatModel, OllamaChat
 from shared.models.embedder import Embedder, OllamaEmbedder
 from shared.models.hosts import (
@@ -228,6 +228,7 @@ class Clients:
             reanalyze_later=self._reanalyze_later,
             routing=self.routing,
             owners=OwnersStore(self.redis),
+            refresh_incident_later=self._refresh_incident_later,
         )
 
     @cached_property
@@ -260,6 +261,10 @@ class Clients:
     def _reanalyze_later(self, investigation: dict[str, Any]) -> None:
         app = current_app._get_current_object()
         enqueue_reanalysis(app, investigation, countdown=self.settings.reanalyze_after)
+
+    def _refresh_incident_later(self, incident: str) -> None:
+        app = current_app._get_current_object()
+        schedule_incident_update(app, self.redis, incident)
 
     def _reply_later(self, thread_ts: str, text: str, key: str, channel: str | None) -> None:
         app = current_app._get_current_object()

@@ -1,4 +1,5 @@
-"""Prometheus metrics of a worker: stage latency, queue wait, swaps, fallbacks, retries.
+"""Prometheus metrics of a worker: stage latency, queue wait, swaps, fallbacks, retries, and
+the analysis backlog (groups waiting, the oldest one's age).
 
 With TRACEHOUND_METRICS_PORT set, the worker's main process serves ``/metrics`` and aggregates
 its pool children through prometheus_client's multiprocess mode (the children write to
@@ -24,6 +25,7 @@ from celery.signals import (
 )
 
 from shared.core.pipeline import SENT_AT, stamp_sent_at
+from shared.intake import deferred
 
 before_task_publish.connect(stamp_sent_at, dispatch_uid="tracehound-sent-at")
 
@@ -110,7 +112,36 @@ def _retry(sender: Any = None, **_: Any) -> None:
         m.retries.labels(_stage(sender)).inc()
 
 
-def serve(port: int, data_dir: Path) -> None:
+class BacklogCollector:
+    """The deferred analyses (shared/intake/deferred.py), read from Redis at each scrape: the
+    same for every worker, so a dashboard takes ``max`` over them."""
+
+    def __init__(self, redis_url: str) -> None:
+        import redis
+
+        self.r = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=2)
+
+    def collect(self) -> Any:
+        import redis
+        from prometheus_client.core import GaugeMetricFamily
+
+        try:
+            waiting = deferred.backlog(self.r)
+        except redis.RedisError:
+            return  # Redis away: no reading rather than a false zero
+        yield GaugeMetricFamily(
+            "tracehound_analysis_backlog",
+            "New groups waiting for their analysis (incident members, over the cap).",
+            value=waiting.waiting,
+        )
+        yield GaugeMetricFamily(
+            "tracehound_analysis_backlog_oldest_seconds",
+            "How long the longest-waiting group has waited.",
+            value=waiting.oldest_age_s,
+        )
+
+
+def serve(port: int, data_dir: Path, redis_url: str | None = None) -> None:
     """In the worker's main process, before the pool forks: start the /metrics server."""
     directory = Path(data_dir) / "metrics" / f"worker-{os.getpid()}"
     shutil.rmtree(directory, ignore_errors=True)
@@ -121,6 +152,8 @@ def serve(port: int, data_dir: Path) -> None:
 
     registry = CollectorRegistry()
     MultiProcessCollector(registry)
+    if redis_url:
+        registry.register(BacklogCollector(redis_url))
     start_http_server(port, registry=registry)
     log.info("metrics.serving", extra={"port": port, "dir": str(directory)})
 

@@ -169,3 +169,30 @@ def action_done(action_key: str) -> str:
 
 
 FEEDBACK = f"{PREFIX}feedback"  # hash: fingerprint -> the labelled case (JSON, eval's format)
+
+
+# --- incidents and the deferred backlog (shared/intake/incidents.py, deferred.py) ------------
+
+INCIDENT_SEQ = f"{PREFIX}incident:seq"
+
+
+def incident(incident_id: str) -> str:
+    """Hash: one incident's cause, lead, poster and message (its members: ``:groups``,
+    ``:labels``)."""
+    return f"{PREFIX}incident:{incident_id}"
+
+
+def incident_cause(cause: str) -> str:
+    """String: the open incident of a root cause; expires when no new group joins for a
+    window."""
+    return f"{PREFIX}incident:cause:{_digest(cause)}"
+
+
+def new_groups(service: str) -> str:
+    """Counter: new analyses started for a service in its current cap window."""
+    return f"{PREFIX}newgroups:{_digest(service)}"
+
+
+DEFERRED = f"{PREFIX}deferred"  # sorted set: waiting group -> when it was deferred (ms)
+DEFERRED_MESSAGES = f"{PREFIX}deferred:messages"  # hash: group -> its chain's first message
+DEFERRED_DRAIN = f"{PREFIX}deferred:drain"  # SET NX: a drain task is scheduled

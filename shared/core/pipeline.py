@@ -173,6 +173,16 @@ def enqueue_update_group(app: Celery, fingerprint: str, *, countdown: float) -> 
     return _send(app, queues.UPDATE_GROUP, fingerprint, countdown=countdown)
 
 
+def enqueue_drain(app: Celery, *, countdown: float) -> AsyncResult:
+    """Start the deferred backlog's next group once the analysis queues are empty."""
+    return _send(app, queues.DRAIN_DEFERRED, countdown=countdown)
+
+
+def enqueue_update_incident(app: Celery, incident: str, *, countdown: float) -> AsyncResult:
+    """Rewrite an incident's list of groups on its message (shared/notify/incident.py)."""
+    return _send(app, queues.UPDATE_INCIDENT, incident, countdown=countdown)
+
+
 def enqueue_thread_reply(
     app: Celery, thread_ts: str, text: str, key: str, *, channel: str | None = None
 ) -> AsyncResult:

@@ -31,6 +31,8 @@ RECORD_HISTORY = "tracehound.record_history"
 RECORD_OWNERS = "tracehound.record_owners"
 INTAKE_BATCH = "tracehound.intake_batch"
 SLACK_ACTION = "tracehound.slack_action"
+DRAIN_DEFERRED = "tracehound.drain_deferred"
+UPDATE_INCIDENT = "tracehound.update_incident"
 
 ROUTES: dict[str, str] = {
     EMBED_QUERY: "embed",
@@ -51,6 +53,8 @@ ROUTES: dict[str, str] = {
     RECORD_OWNERS: "index",
     INTAKE_BATCH: "intake",
     SLACK_ACTION: "notify",
+    DRAIN_DEFERRED: "intake",
+    UPDATE_INCIDENT: "notify",
 }
 
 # Redis priority of bulk index embedding on the shared embed queue: kombu serves priority 0
@@ -79,6 +83,8 @@ TIME_LIMITS: dict[str, int] = {
     RECORD_OWNERS: 60,
     INTAKE_BATCH: 120,
     SLACK_ACTION: 60,
+    DRAIN_DEFERRED: 60,
+    UPDATE_INCIDENT: 60,
 }
 
 
@@ -100,7 +106,9 @@ RESTORE_SWEEP_S = 5  # how often a worker looks for messages whose holder stoppe
 # nobody reads them from the result backend, so they are not stored there (a failure still is,
 # and marks the rest of the chain failed). The chain's last result (analyze's, or notify's when
 # analyze handed the post over) is what callers wait on.
-RESULT_NOT_READ = frozenset({EMBED_QUERY, RETRIEVE, RERANK, INTAKE_BATCH})
+RESULT_NOT_READ = frozenset(
+    {EMBED_QUERY, RETRIEVE, RERANK, INTAKE_BATCH, DRAIN_DEFERRED, UPDATE_INCIDENT}
+)
 
 
 def celery_config(

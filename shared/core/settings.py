@@ -184,6 +184,23 @@ class Settings(BaseSettings):
     group_update_interval: float = Field(
         60.0, gt=0, description="Seconds between count updates / thread replies per group."
     )
+    incident_window: float = Field(
+        300.0,
+        ge=0,
+        description="Seconds: new groups with the same root cause (innermost exception type "
+        "and normalized message) inside it form one incident: one Slack message, the first "
+        "group analysed at once, the rest later by count, threaded under it. 0: off.",
+    )
+    max_new_groups: int = Field(
+        20,
+        ge=0,
+        description="New analyses started per service per TRACEHOUND_NEW_GROUPS_WINDOW; new "
+        "groups over it are counted and wait in the backlog (analysed later, by count, while "
+        "the model host is free). 0: no cap.",
+    )
+    new_groups_window: float = Field(
+        600.0, gt=0, description="Seconds: the window of TRACEHOUND_MAX_NEW_GROUPS."
+    )
     dedup_ttl: int = Field(
         3600,
         ge=60,

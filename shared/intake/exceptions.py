@@ -159,6 +159,18 @@ def reported(text: str) -> Printed | None:
     return cause_first[-1] if cause_first else found[0]
 
 
+def root_cause(text: str) -> Printed | None:
+    """The innermost exception of ``text``: the cause the others wrapped (Python's and PHP's is
+    printed first, the other languages' last). Incidents are formed on it: when the database
+    goes away, every endpoint fails with its own stack and outer exception, and the same
+    ``OperationalError: could not connect`` underneath."""
+    found = [p for p in printed(text) if not p.group]
+    if not found:
+        return None
+    cause_first = [p for p in found if p.cause_first]
+    return cause_first[0] if cause_first else found[-1]
+
+
 # A line that only a stack trace prints: the record is a trace whatever its level says.
 STACK_MARK = re.compile(
     r"^(?:Traceback \(most recent call last\):"

@@ -21,10 +21,24 @@ from celery.result import AsyncResult
 
 from shared.core import keys
 from shared.core.domain import ErrorEvent, GroupRef
-from shared.core.pipeline import analysis_message, enqueue_update_group
+from shared.core.pipeline import (
+    analysis_message,
+    enqueue_drain,
+    enqueue_update_group,
+    enqueue_update_incident,
+)
 from shared.core.settings import Settings
+from shared.intake import deferred
 from shared.intake.fingerprint import GroupingConfig, fingerprint, load_grouping_config
 from shared.intake.groups import GroupStore, Occurrence
+from shared.intake.incidents import (
+    INCIDENT_UPDATE_S,
+    AdmissionPolicy,
+    Admitter,
+    NewGroup,
+    cause_of,
+    claim_update,
+)
 from shared.intake.redact import Redactor
 from shared.intake.triage import muted_among
 
@@ -45,6 +59,14 @@ class Intake:
         self.groups = GroupStore(r, window_s=settings.group_window, dedup_ttl_s=settings.dedup_ttl)
         self.redactor = Redactor.from_settings(
             settings.redact, settings.redact_extra, settings.redact_disable
+        )
+        self.admitter = Admitter(
+            r,
+            AdmissionPolicy(
+                incident_window_s=settings.incident_window,
+                max_new_groups=settings.max_new_groups,
+                new_groups_window_s=settings.new_groups_window,
+            ),
         )
 
     @cache  # noqa: B019 - one Intake per process; the config file is read once per service
@@ -96,23 +118,51 @@ class Intake:
     ) -> dict[int, AsyncResult]:
         """The analysis chains of the groups that opened a window, with their ``started``
         marks in the same pipeline: a crash before it lets the replayed event start them. A
-        muted group's window is marked started without a chain: counted, not analysed."""
+        muted group's window is marked started without a chain: counted, not analysed. A
+        group admission defers (a later member of an incident, or over its service's cap)
+        has its chain's message kept in the backlog instead (shared/intake/deferred.py)."""
         results: dict[int, AsyncResult] = {}
-        opened = [fp for (_, fp), occ in zip(prepared, occurrences, strict=True) if occ.new]
-        quiet = muted_among(self.groups.r, opened)
+        opened = [i for i, occ in enumerate(occurrences) if occ.new]
+        if not opened:
+            return results
+        r = self.groups.r
+        quiet = muted_among(r, [prepared[i][1] for i in opened])
+        analysed = [i for i in opened if prepared[i][1] not in quiet]
+        admitted = dict(
+            zip(
+                analysed,
+                self.admitter.admit([self._new_group(*prepared[i]) for i in analysed]),
+                strict=True,
+            )
+        )
         # Intake's Redis is the broker: both are TRACEHOUND_REDIS_URL (intake_for).
-        pipe = self.groups.r.pipeline(transaction=False)
-        for i, ((event, fp), occ) in enumerate(zip(prepared, occurrences, strict=True)):
-            if not occ.new:
-                continue
-            if fp not in quiet:
+        pipe = r.pipeline(transaction=False)
+        waiting = False
+        for i in opened:
+            (event, fp), occ = prepared[i], occurrences[i]
+            if i in admitted:
                 group = GroupRef(fingerprint=fp, window_start=occ.window_start)
                 queue, message, results[i] = analysis_message(self.app, event, group)
-                pipe.lpush(queue, message)
+                admission = admitted[i]
+                if admission.run_now:
+                    pipe.lpush(queue, message)
+                else:
+                    reason = admission.reason or "cap"
+                    deferred.defer(pipe, fp, queue, message, now_ms=occ.last_seen, reason=reason)
+                    waiting = True
             pipe.hset(keys.group(fp), "started", occ.window_start)
-        if opened:
-            pipe.execute()
+        pipe.execute()
+        if waiting and deferred.claim_drain(r):
+            enqueue_drain(self.app, countdown=deferred.DRAIN_EVERY_S)
+        for incident in {a.incident for a in admitted.values() if a.incident and not a.run_now}:
+            schedule_incident_update(self.app, r, incident)  # a group joined its list
         return results
+
+    def _new_group(self, event: ErrorEvent, fp: str) -> NewGroup:
+        found = fingerprint(event, self._grouping(event.service))  # memoized: no second parse
+        kind = (found.exception_types or (event.exception_type or "error",))[0]
+        where = f" in {found.frames[0]}" if found.frames else ""
+        return NewGroup(fp, event.service, cause_of(event), f"{event.service} · {kind}{where}")
 
     def _schedule_updates(self, fingerprints: list[str]) -> None:
         """One delayed update per group and interval carries every repeat in it to Slack."""
@@ -122,6 +172,12 @@ class Intake:
         ):
             if claimed:
                 enqueue_update_group(self.app, fp, countdown=interval)
+
+
+def schedule_incident_update(app: Celery, r: redis.Redis, incident: str) -> None:
+    """One rewrite of the incident's list per ``INCIDENT_UPDATE_S`` carries every change in it."""
+    if claim_update(r, incident, INCIDENT_UPDATE_S):
+        enqueue_update_incident(app, incident, countdown=INCIDENT_UPDATE_S)
 
 
 def intake_for(settings: Settings, app: Celery) -> Intake:

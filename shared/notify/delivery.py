@@ -39,7 +39,7 @@ from shared.core.domain import (
     Posted,
 )
 from shared.core.errors import PermanentError, TransientError
-from shared.intake import triage
+from shared.intake import incidents, triage
 from shared.intake.groups import GroupState, GroupStore
 from shared.notify import actions
 from shared.notify.feedback import remember_case
@@ -52,6 +52,7 @@ from shared.notify.message import (
     top_files,
     top_path,
     trace_reply,
+    with_incident,
     with_occurrences,
 )
 from shared.notify.notifiers import Delivery, Notifier, SlackBotNotifier, SlackWebhookNotifier
@@ -116,6 +117,8 @@ class Courier:
     reanalyze_later: Callable[[dict[str, Any]], object] | None = None
     routing: Routing = field(default_factory=Routing)  # TRACEHOUND_ROUTING's rules
     owners: OwnersStore | None = None  # CODEOWNERS as the indexer recorded them
+    # An incident's list to rewrite shortly (shared/notify/incident.py).
+    refresh_incident_later: Callable[[str], object] | None = None
 
     def __post_init__(self) -> None:
         self.take_over = self.r.register_script(_TAKE_OVER)
@@ -336,39 +339,101 @@ def deliver(inv: Investigation, c: Courier) -> Notification:
     resolved = triage.resolved(c.r, group.fingerprint) if group else None
     in_thread_of = None if resolved else thread_target(group, state, p.thread_only)
     aim = target(c, inv)
+    placed = Placed()
+    if group is not None and in_thread_of is None and not resolved:
+        placed = _incident_place(c, group.fingerprint, aim.channel, guard)
+        in_thread_of = placed.reply_to
     options = message_options(c, inv, state, aim.owners)
     text, blocks = build_message(inv, options)
     blocks = dressed(c, inv, blocks, resolved)
+    if placed.post and placed.incident and (inc := incidents.load(c.r, placed.incident)):
+        blocks = with_incident(blocks, inc, p.language)  # the groups that joined so far
     if resolved is not None:
         text = escape("Regressed: ") + text
-    delivery = None
-    if isinstance(claimed, Posting):
-        # A run claimed this and never recorded a result: it crashed, or its post timed out.
-        delivery = aim.notifier.find(guard, thread_ts=in_thread_of)
-        if delivery is None:
-            _take_over_if_stale(c, guard, claimed)
-    if delivery is None:
-        try:
-            take_slot(c.r, aim.channel, p.pace_s)
-        except Paced:
-            _release(c, guard)  # nothing was sent
-            raise
-        try:
-            delivery = aim.notifier.send(text, blocks, thread_ts=in_thread_of, claim=guard)
-        except PermanentError as exc:
-            delivery = _keep_refused(inv, text, blocks, str(exc), c)
-        except TransientError as exc:
-            if not exc.maybe_done:
-                _release(c, guard)  # Slack answered with an error: it did not post
-            raise  # else the claim stays: the next run looks for the post before posting
+    delivery = _send_once(inv, c, aim, guard, claimed, text, blocks, in_thread_of)
+    # A reply under the incident's message is the group's own message (its count is rewritten
+    # there); a recurrence's reply in the group's old thread is not.
+    own = in_thread_of if placed.reply_to is None else None
     result = _record(inv, c, guard, delivery, text, blocks, trace=options.trace_in_thread,
-                     in_thread_of=in_thread_of)  # fmt: skip
+                     in_thread_of=own)  # fmt: skip
+    if placed.incident is not None:
+        _incident_posted(c, placed.incident, placed.post, delivery, aim.channel)
     if resolved is not None and group is not None:
         triage.regressed(c.r, group.fingerprint)
     if second_chance and delivery.ts and c.reanalyze_later is not None:
         posted = Posted(channel=delivery.channel, ts=delivery.ts)
         c.reanalyze_later(inv.model_copy(update={"revises": posted}).model_dump(mode="json"))
     return result
+
+
+def _send_once(
+    inv: Investigation,
+    c: Courier,
+    aim: Target,
+    guard: str,
+    claimed: Claimed | Posting,
+    text: str,
+    blocks: list[dict[str, Any]],
+    in_thread_of: str | None,
+) -> Delivery:
+    """Post under the claim — or find the post of a run that claimed it and died."""
+    if isinstance(claimed, Posting):
+        # A run claimed this and never recorded a result: it crashed, or its post timed out.
+        found = aim.notifier.find(guard, thread_ts=in_thread_of)
+        if found is not None:
+            return found
+        _take_over_if_stale(c, guard, claimed)
+    try:
+        take_slot(c.r, aim.channel, c.policy.pace_s)
+    except Paced:
+        _release(c, guard)  # nothing was sent
+        raise
+    try:
+        return aim.notifier.send(text, blocks, thread_ts=in_thread_of, claim=guard)
+    except PermanentError as exc:
+        return _keep_refused(inv, text, blocks, str(exc), c)
+    except TransientError as exc:
+        if not exc.maybe_done:
+            _release(c, guard)  # Slack answered with an error: it did not post
+        raise  # else the claim stays: the next run looks for the post before posting
+
+
+def _incident_posted(
+    c: Courier, incident: str, post: bool, delivery: Delivery, channel: str
+) -> None:
+    if post:
+        incidents.posted(c.r, incident, delivery.channel, delivery.ts, channel)
+    # Most errors are an incident of one group: their message has no list to rewrite.
+    if c.refresh_incident_later is not None and incidents.size(c.r, incident) > 1:
+        c.refresh_incident_later(incident)
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A group's message in its incident: the incident's own message (``post``), a reply
+    under it (``reply_to``), or neither (no incident, or one in another channel)."""
+
+    incident: str | None = None
+    post: bool = False
+    reply_to: str | None = None
+
+
+def _incident_place(c: Courier, fingerprint: str, channel: str, guard: str) -> Placed:
+    """``ClaimHeld`` while another member is posting the incident's message."""
+    incident = incidents.incident_of(c.r, fingerprint)
+    if incident is None:
+        return Placed()
+    where = incidents.place(
+        c.r, incident, fingerprint, now_ms=c.groups.now_ms(), stale_s=c.policy.claim_ttl_s
+    )
+    if isinstance(where, incidents.Wait):
+        _release(c, guard)  # nothing was sent
+        raise ClaimHeld(guard)
+    if isinstance(where, incidents.Post):
+        return Placed(incident, post=True)
+    if where.ts != incidents.NO_THREAD and where.target == channel:
+        return Placed(incident, reply_to=where.ts)
+    return Placed(incident)
 
 
 def _muted(inv: Investigation, c: Courier, guard: str, quiet: triage.Muted) -> Notification:
@@ -528,6 +593,13 @@ def update_counts(fingerprint: str, c: Courier) -> int | None:
     )
     now = c.groups.now_ms()
     quiet = triage.muted(c.r, fingerprint) is not None  # counted on the message, not posted
+    incident = incidents.incident_of(c.r, fingerprint)
+    if incident is not None and incidents.size(c.r, incident) > 1:
+        # One of several groups: its count shows in the incident's list, and its thread is
+        # the incident's — no "still happening" reply per group.
+        if c.refresh_incident_later is not None:
+            c.refresh_incident_later(incident)
+        return occ.count
     if not quiet and reply_due(state, now, c.policy.update_interval_s):
         c.reply_later(state.msg_ts, still_happening(occ.count), f"{state.msg_ts}:{now}", channel)
         c.groups.mark_thread_reply(fingerprint, now)

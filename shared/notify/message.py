@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.core.domain import Analysis, Investigation
+from shared.intake.incidents import Incident
 from shared.models.reranker import relevance
 from shared.notify.phrases import phrase
 
@@ -143,6 +144,44 @@ def with_occurrences(
     new = occurrences_block(occ, language)
     replaced = [new if b.get("block_id") == "th-occurrences" else b for b in blocks]
     return replaced if new in replaced else [*blocks, new][:MAX_BLOCKS]
+
+
+INCIDENT_BLOCK_ID = "th-incident"
+INCIDENT_LISTED = 10  # groups named in the list; the rest are counted in one line
+
+
+def incident_block(inc: Incident, language: str = "en") -> dict[str, Any]:
+    say = lambda key, **f: phrase(language, key, **f)  # noqa: E731
+    lines = [
+        "*"
+        + say("incident", groups=len(inc.members), services=inc.services, events=inc.events)
+        + f":* `{escape(inc.cause[:200])}`"
+    ]
+    for m in inc.members[:INCIDENT_LISTED]:
+        lines.append(f"• {escape(m.label[:120])} — {say('times', count=m.count)}")
+    rest = inc.members[INCIDENT_LISTED:]
+    if rest:
+        lines.append(
+            "• " + say("incident_more", groups=len(rest), events=sum(m.count for m in rest))
+        )
+    lines.append(say("incident_thread"))
+    return {
+        "type": "section",
+        "block_id": INCIDENT_BLOCK_ID,
+        "text": {"type": "mrkdwn", "text": "\n".join(lines)[:2900]},
+    }
+
+
+def with_incident(
+    blocks: list[dict[str, Any]], inc: Incident, language: str = "en"
+) -> list[dict[str, Any]]:
+    """The blocks with the incident's list after the header (replacing an older list); a
+    lone group's message stays as it is."""
+    kept = [b for b in blocks if b.get("block_id") != INCIDENT_BLOCK_ID]
+    if len(inc.members) < 2:
+        return kept
+    at = 1 if kept and kept[0].get("type") == "header" else 0
+    return [*kept[:at], incident_block(inc, language), *kept[at:]][:MAX_BLOCKS]
 
 
 def trace_reply(inv: Investigation, language: str = "en") -> str:

@@ -36,6 +36,10 @@ PHRASES: dict[str, dict[str, str]] = {
         "release": "release",
         "times": "{count} times",
         "once": "{count} time",
+        "incident": "Incident: one root cause in {groups} error groups, {services} services, "
+        "{events} events",
+        "incident_more": "{groups} more groups, {events} events",
+        "incident_thread": "Each group's analysis follows in the thread, most frequent first.",
         "first_seen": "first seen {when}",
         "last_seen": "last seen {when}",
         "owners": "Owners",
@@ -68,6 +72,10 @@ PHRASES: dict[str, dict[str, str]] = {
         "release": "릴리스",
         "times": "{count}회",
         "once": "{count}회",
+        "incident": "장애: 같은 근본 원인의 오류 그룹 {groups}개, 서비스 {services}개, "
+        "이벤트 {events}건",
+        "incident_more": "그 밖의 그룹 {groups}개, 이벤트 {events}건",
+        "incident_thread": "그룹별 분석은 스레드에 발생 빈도순으로 이어집니다.",
         "first_seen": "최초 {when}",
         "last_seen": "최근 {when}",
         "owners": "담당자",

@@ -29,6 +29,7 @@ from shared.core.domain import ErrorEvent
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.devtools.localstack import start_ingest
+from shared.intake import deferred
 from shared.intake.redact import Redactor
 from shared.intake.submit import intake_for
 from tests.data.records.generate import Corpus, generate
@@ -60,10 +61,12 @@ def db_url(base: str, producer: str) -> str:
 
 
 def enqueued_events(url: str) -> dict[str, ErrorEvent]:
-    """The events of the analysis chains waiting on the embed queue, by service."""
+    """The events of the analysis chains waiting on the embed queue, or in the deferred
+    backlog (records of one root cause form an incident: its later groups wait), by
+    service."""
     r = redis.Redis.from_url(url)
     try:
-        raw = r.lrange("embed", 0, -1)
+        raw = deferred.first_messages(r)
     finally:
         r.close()
     events: dict[str, ErrorEvent] = {}

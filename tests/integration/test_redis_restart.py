@@ -27,7 +27,7 @@ from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
-from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL
+from tests.conftest import DATA, INCIDENTS_OFF, SAMPLE_SERVICE, SLACK_CHANNEL
 
 pytestmark = pytest.mark.integration
 
@@ -44,6 +44,7 @@ def aof_stack(
         "TRACEHOUND_REDELIVERY_AFTER": "15",
         "TRACEHOUND_STAGE_MAX_RETRIES": "2",
         "TRACEHOUND_RETRY_BACKOFF_MAX": "2",
+        **INCIDENTS_OFF,  # ten services, one trace: ten analyses, not one incident
     }
     s = LocalStack(tmp_path_factory.mktemp("aof"), env, appendonly=True)
     try:

@@ -16,6 +16,7 @@ import pytest
 
 from shared.devtools import chaos
 from shared.devtools.localstack import wait_until
+from shared.intake import deferred
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +95,7 @@ def test_a_symlink_loop_neither_hangs_discovery_nor_grows_memory(tmp_path: Path)
         tail = rig.start_tail(str(rig.logs / "L" / "**" / "*.log"))
         chaos_writer = rig.write("plain", 0, 5, path=loop / "app.log")
         chaos_writer.wait(30)
-        wait_until(lambda: rig.client.llen("embed") == 5, 30, "the five errors")
+        wait_until(lambda: len(deferred.first_messages(rig.client)) == 5, 30, "the five errors")
         status = Path(f"/proc/{tail.popen.pid}/status").read_text()
         rss = re.search(r"VmRSS:\s+(\d+)", status)
         assert rss is not None and int(rss[1]) < 200_000  # kB

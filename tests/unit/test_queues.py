@@ -29,6 +29,8 @@ TASK_NAMES = [
     queues.RECORD_OWNERS,
     queues.INTAKE_BATCH,
     queues.SLACK_ACTION,
+    queues.DRAIN_DEFERRED,
+    queues.UPDATE_INCIDENT,
 ]
 
 

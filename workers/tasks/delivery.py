@@ -3,9 +3,10 @@
 ``notify`` [notify] is the chain's last stage. ``update_group`` [notify] runs at most once per
 group and interval (scheduled by shared/intake/submit.py for repeats): it rewrites the
 message's occurrence count and posts at most one thread reply per interval. ``thread_reply``
-[notify] posts one reply. The policy is shared/notify/delivery.py; these tasks turn its
-answers into retries: a paced channel or a held claim comes back shortly, a transient Slack
-failure waits as long as it takes, a permanent refusal keeps the message in the console file.
+[notify] posts one reply; ``update_incident`` [notify] rewrites an incident's list of groups.
+The policy is shared/notify/delivery.py; these tasks turn its answers into retries: a paced
+channel or a held claim comes back shortly, a transient Slack failure waits as long as it
+takes, a permanent refusal keeps the message in the console file.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from shared.notify.delivery import (
     post_reply,
     update_counts,
 )
+from shared.notify.incident import refresh
 from workers import context
 from workers.app import app, task_options
 from workers.retry import retry, visit
@@ -106,3 +108,19 @@ def update_group(self: Any, fingerprint: str) -> dict[str, Any]:
     if count is None:
         return {"fingerprint": fingerprint, "updated": False}
     return {"fingerprint": fingerprint, "updated": True, "count": count}
+
+
+@app.task(**task_options(q.UPDATE_INCIDENT, retry_forever=True))
+def update_incident(self: Any, incident: str) -> dict[str, Any]:
+    """An incident's list of groups rewritten on its message (shared/notify/incident.py)."""
+    try:
+        shown = refresh(incident, context.clients().courier)
+    except Paced:
+        raise self.retry(countdown=paced_retry_s()) from None
+    except MessageNotOut:
+        if self.request.retries >= MESSAGE_WAIT_RETRIES:
+            return {"incident": incident, "updated": False}
+        raise self.retry(countdown=CLAIM_RETRY_S, max_retries=MESSAGE_WAIT_RETRIES) from None
+    except TransientError as exc:
+        raise retry(self, exc, forever=True) from exc
+    return {"incident": incident, "updated": shown is not None, "groups": shown}

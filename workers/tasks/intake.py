@@ -1,4 +1,5 @@
-"""Taking a batch the ingest endpoint queued: ``intake_batch`` [intake].
+"""Taking a batch the ingest endpoint queued: ``intake_batch`` [intake]; starting the deferred
+backlog's analyses while the model host is free: ``drain_deferred`` [intake].
 
 ``POST /v1/events`` (producers/ingest.py) checks a batch's JSON, LPUSHes it here in one
 message and answers 202 at once; this task runs each record through the event model and
@@ -17,8 +18,11 @@ from typing import Any
 import redis
 from kombu.exceptions import OperationalError
 
+from shared.core import keys
 from shared.core import queues as q
 from shared.core.errors import TransientError
+from shared.core.pipeline import enqueue_drain
+from shared.intake import deferred
 from shared.intake.batch import QueuedBatch, take_batch
 from workers import context
 from workers.app import app, task_options
@@ -36,3 +40,24 @@ def intake_batch(self: Any, payload: dict[str, Any]) -> dict[str, int]:
         return take_batch(queued, ctx.intake, max_trace_bytes=ctx.settings.max_trace_bytes)
     except (redis.RedisError, OperationalError, OSError) as exc:
         raise retry(self, TransientError(f"{type(exc).__name__}: {exc}"), forever=True) from exc
+
+
+@app.task(**task_options(q.DRAIN_DEFERRED))
+def drain_deferred(self: Any) -> dict[str, Any]:
+    """Start the deferred backlog's group with the most events when no analysis is queued;
+    come back every ``DRAIN_EVERY_S`` while groups wait (shared/intake/deferred.py)."""
+    r = context.clients().redis
+    started = None
+    if deferred.analyses_queued(r) == 0:
+        started = deferred.take_next(r)
+        if started is not None:
+            log.info("deferred.started", extra={"fingerprint": started[0], "count": started[1]})
+    if r.zcard(keys.DEFERRED):
+        deferred.keep_draining(r)
+        enqueue_drain(app, countdown=deferred.DRAIN_EVERY_S)
+    else:
+        deferred.stop_draining(r)
+        # A group deferred between the look and the stop found the token still set: look again.
+        if r.zcard(keys.DEFERRED) and deferred.claim_drain(r):
+            enqueue_drain(app, countdown=deferred.DRAIN_EVERY_S)
+    return {"started": started[0] if started else None}

@@ -1,0 +1,101 @@
+"""An outage end to end, on a stack of its own with incidents on (the shared test stack runs
+them off): one Slack message for the incident, every group analysed — the first at once, the
+rest from the backlog while the host is free — each in the incident's thread, and the list on
+the message rewritten as groups join and counts grow."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from shared.core import keys
+from shared.core.pipeline import sender_app
+from shared.core.settings import Settings
+from shared.devtools import outage
+from shared.devtools.localstack import LocalStack, simulator_env, wait_until
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.devtools.simulators.slack import SlackSimulator
+from shared.index.reindex import index_repository
+from shared.intake.fingerprint import fingerprint
+from shared.intake.incidents import incident_of, load
+from shared.intake.submit import intake_for
+from shared.notify.message import INCIDENT_BLOCK_ID
+from tests.conftest import SAMPLE_SERVICE, SLACK_CHANNEL
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def incident_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    ollama_sim: OllamaSimulator,
+    slack_sim: SlackSimulator,
+) -> Iterator[LocalStack]:
+    env = simulator_env(ollama_sim.url, slack_sim.url, channel=SLACK_CHANNEL) | {
+        "TRACEHOUND_INCIDENT_WINDOW": "300",
+        "TRACEHOUND_GROUP_UPDATE_INTERVAL": "1",
+    }
+    s = LocalStack(tmp_path_factory.mktemp("incident"), env)
+    try:
+        s.start_services()
+        s.start_workers()
+        yield s
+    finally:
+        s.stop()
+
+
+def _analyses(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Analysis messages (a header block), not trace replies or count notes."""
+    return [m for m in messages if any(b.get("type") == "header" for b in m.get("blocks") or [])]
+
+
+def test_an_outage_is_one_message_with_every_group_analysed_in_its_thread(
+    incident_stack: LocalStack, slack_sim: SlackSimulator
+) -> None:
+    settings = Settings(redis_url=incident_stack.env["TRACEHOUND_REDIS_URL"])
+    app = sender_app(settings)
+    index_repository(app, SAMPLE_SERVICE, "sample", max_bytes=1_000_000, timeout=120)
+    events = list(outage.events(2, 3, 40, repo="sample"))
+    counts = Counter(fingerprint(e).value for e in events)
+    intake = intake_for(settings, app)
+    for at in range(0, len(events), 10):
+        intake.submit_many(events[at : at + 10])
+    r = intake.groups.r
+    incident = incident_of(r, fingerprint(events[0]).value)
+    assert incident is not None
+
+    def top_level() -> list[dict[str, Any]]:
+        return [
+            m
+            for m in slack_sim.messages
+            if not m.get("thread_ts") and "OperationalError" in json.dumps(m.get("blocks"))
+        ]
+
+    def thread(ts: str) -> list[dict[str, Any]]:
+        return [m for m in slack_sim.messages if m.get("thread_ts") == ts]
+
+    def done() -> bool:
+        top = top_level()
+        return len(top) == 1 and len(_analyses(thread(top[0]["ts"]))) == len(counts) - 1
+
+    wait_until(done, 120, "the incident's message and every other group's analysis in its thread")
+    time.sleep(2)  # nothing more comes: no second top-level message, no analysis twice
+    [top] = top_level()
+    assert len(_analyses(thread(top["ts"]))) == len(counts) - 1
+    assert r.zcard(keys.DEFERRED) == 0
+
+    # The list on the message names all six groups and their 40 events once they have joined.
+    def listed() -> str:
+        [message] = top_level()
+        found = [b for b in message["blocks"] if b.get("block_id") == INCIDENT_BLOCK_ID]
+        return found[0]["text"]["text"] if found else ""
+
+    wait_until(lambda: "6 error groups, 2 services, 40 events" in listed(), 60, "the list")
+    inc = load(r, incident)
+    assert inc is not None and inc.msg_ts == top["ts"] and inc.events == 40
+    app.close()
