@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -122,7 +123,8 @@ def run_once(mode: str, posts: list[str], llm_s: float, minute: float) -> dict[s
         "posts": len(in_minute),
         "llm": len(chats),
         "first_s": min((m["t"] for m in top), default=float("nan")) - t0,
-        "unrelated_s": (min(m["t"] for m in checkout) - unrelated_t) if checkout else float("nan"),
+        # Not posted within the minute: infinite here, shown as "> (minute - 5) s".
+        "unrelated_s": min((m["t"] - unrelated_t for m in checkout), default=float("inf")),
         "counted": counted,
         "waiting": waiting,
     }
@@ -168,12 +170,15 @@ def main() -> int:
         for mode in MODES:
             runs[mode].append(run_once(mode, posts, args.llm_seconds, args.minute))
 
+    never = f"> {args.minute - UNRELATED_AT_S:g}"
+
+    def show(value: float, fmt: str) -> str:
+        return never if math.isinf(value) else fmt.format(value)
+
     def cell(mode: str, key: str, fmt: str) -> str:
-        values = [r[key] for r in runs[mode]]
-        return (
-            f"{fmt.format(statistics.median(values))} "
-            f"({fmt.format(min(values))}–{fmt.format(max(values))})"
-        )
+        values = sorted(r[key] for r in runs[mode])
+        median = values[len(values) // 2] if len(values) % 2 else statistics.median(values)
+        return f"{show(median, fmt)} ({show(values[0], fmt)}–{show(values[-1], fmt)})"
 
     groups = args.services * args.per_service
     print(

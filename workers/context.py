@@ -13,7 +13,7 @@ from celery import current_app
 from celery.signals import task_postrun, worker_process_init, worker_process_shutdown
 
 from shared.analyze.cache import AnalysisCache
-from shared.core import queues
+from shared.core import queues, redisconn
 from shared.core.domain import Investigation
 from shared.core.errors import TracehoundError
 from shared.core.pipeline import enqueue_error, enqueue_reanalysis, enqueue_thread_reply
@@ -76,7 +76,7 @@ class Clients:
 
     @cached_property
     def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(self.settings.redis_url)
+        return redisconn.client(self.settings.redis_url)
 
     @cached_property
     def corpus(self) -> RedisCorpus:

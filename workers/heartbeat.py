@@ -11,7 +11,9 @@ are handed out again within the timeout plus one restore sweep.
 
 It also puts back a message the worker took off a queue but could not record as unacknowledged
 (Redis went away in between: workers/redis_restart.py), when the consumer starts again after
-the reconnection and, should that fail, on every later tick.
+the reconnection and, should that fail, on every later tick; and once per tick across all
+workers it sweeps the analysis chains in flight, starting again one whose message Redis lost
+(shared/core/inflight.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 import redis
 from celery import bootsteps
 
+from shared.core import inflight
 from workers import redis_restart
 
 log = logging.getLogger(__name__)
@@ -65,9 +68,20 @@ class VisibilityHeartbeat(bootsteps.StartStopStep):
         except redis.RedisError as exc:
             log.warning("heartbeat.put_back_failed", extra={"error": str(exc)})
 
+    @staticmethod
+    def _sweep(client: redis.Redis, every: float, grace: float) -> None:
+        """Start again an analysis chain Redis lost the message of (shared/core/inflight.py);
+        one worker per interval does it."""
+        try:
+            if inflight.claim_sweep(client, every):
+                inflight.sweep(client, grace_s=grace)
+        except (redis.RedisError, ValueError, KeyError) as exc:
+            log.warning("heartbeat.sweep_failed", extra={"error": str(exc)})
+
     def _run(self, channel: Any, index_key: str, client: redis.Redis, every: float) -> None:
         while not self._stop.wait(every):
             self._put_back(channel)
+            self._sweep(client, every, grace=every * 4)  # the visibility timeout
             held = list(channel.qos._delivered)  # delivery tags this worker has not acknowledged
             if not held:
                 continue

@@ -196,3 +196,10 @@ def new_groups(service: str) -> str:
 DEFERRED = f"{PREFIX}deferred"  # sorted set: waiting group -> when it was deferred (ms)
 DEFERRED_MESSAGES = f"{PREFIX}deferred:messages"  # hash: group -> its chain's first message
 DEFERRED_DRAIN = f"{PREFIX}deferred:drain"  # SET NX: a drain task is scheduled
+
+
+# --- analysis chains in flight (shared/core/inflight.py) ---------------------------------------
+
+INFLIGHT = f"{PREFIX}inflight"  # hash: chain root id -> its first message, queue, last id
+INFLIGHT_MISSING = f"{PREFIX}inflight:missing"  # hash: root id -> when no message of it was seen
+INFLIGHT_SWEEP = f"{PREFIX}inflight:sweep"  # SET NX: one sweep per interval across workers

@@ -17,13 +17,16 @@ import ``workers`` (no Chroma, no LangChain in a log tailer).
 from __future__ import annotations
 
 import time
+import uuid
+from functools import cache
 from typing import Any
 
+import redis
 from celery import Celery, Signature, chain
 from celery.result import AsyncResult
 from celery.signals import before_task_publish
 
-from shared.core import queues
+from shared.core import inflight, queues, redisconn
 from shared.core.domain import ErrorEvent, GroupRef, Posted, RepoHistory
 from shared.core.messages import SENT_AT, chain_message
 from shared.core.settings import Settings
@@ -143,10 +146,30 @@ def enqueue_error(
 ) -> AsyncResult:
     """Start an analysis; the returned result is the chain's last (the message sent).
 
-    Producers go through shared.intake.submit.Intake, which redacts, groups and calls this
-    once per group and window; tests and tools may call it directly for one analysis.
+    Producers go through shared.intake.submit.Intake, which redacts, groups and starts the
+    chain once per group and window; tools (re-analyses, the CLI) and tests call this for one
+    analysis. The chain's first message is LPUSHed with its in-flight record
+    (shared/core/inflight.py) in one pipeline; ``task_id`` is the chain's last id.
     """
-    return analysis_chain(app, event, group, revises, rerun).apply_async(task_id=task_id)
+    steps = [(name, queues.ROUTES[name]) for name in ANALYSIS_STAGES]
+    ids = None if task_id is None else [*(str(uuid.uuid4()) for _ in steps[1:]), task_id]
+    payload = _payload(event, group, revises, rerun)
+    queue, message, ids = chain_message(steps, [payload], reply_to=app.thread_oid, task_ids=ids)
+    pipe = _broker(app.conf.broker_url).pipeline(transaction=False)
+    pipe.lpush(queue, message)
+    inflight.record(pipe, queue, message, last_id=ids[-1], now_ms=int(time.time() * 1000))
+    pipe.execute()
+    result = None
+    for task_id in ids:  # each stage's result knows the one before, as Celery's chain sets
+        result = AsyncResult(task_id, app=app, parent=result)
+    assert result is not None
+    return result
+
+
+@cache
+def _broker(url: str) -> redis.Redis:
+    """The broker's Redis, to LPUSH chain messages to (one client per process and URL)."""
+    return redisconn.client(url)
 
 
 def notify_step(app: Celery, investigation: dict[str, Any]) -> Signature:

@@ -150,6 +150,24 @@ def celery_config(
         # text: 163 MiB for one repo in issue 13; each stage's input payload) for result_expires.
         "result_extended": False,
         "broker_connection_retry_on_startup": True,
+        # A stage publishes the next one before its message is acknowledged; Celery's default
+        # (3 tries, 0.6 s) gave up during a Redis restart and failed the stage.
+        # Storing a result over a dead pooled connection (Redis restarted while the task ran)
+        # failed the task by default; retried here, and a connection idle for 10 s is checked
+        # with a PING before use.
+        "result_backend_always_retry": True,
+        "result_backend_max_retries": 10,
+        "redis_backend_health_check_interval": 10,
+        # A half-open connection (seen once in test_redis_hand_off.py: a child stuck reading
+        # the handshake of a new connection for Celery's default 120 s) fails and is retried.
+        "redis_socket_timeout": 30.0,
+        "redis_socket_connect_timeout": 5.0,
+        "task_publish_retry_policy": {
+            "max_retries": 10,
+            "interval_start": 0.2,
+            "interval_step": 0.5,
+            "interval_max": 2,
+        },
         # No STARTED state nor task events by default: each is a write or a PUBLISH per task
         # that nothing in tracehound reads (Flower enables events when it starts).
         "task_track_started": False,

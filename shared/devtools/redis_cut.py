@@ -3,7 +3,8 @@
 A TCP proxy on loopback in front of a real redis-server. It forwards everything until a
 ``BRPOP`` answer carrying a message from ``queue`` passes through it; then, before anything
 else is forwarded, it drops every connection and refuses new ones for ``down_s`` seconds —
-what a worker sees when Redis shuts down between serving its ``BRPOP`` and its next command.
+what a worker sees when Redis shuts down between serving its ``BRPOP`` and its next command
+(or, with ``swallow``, before the answer was written at all).
 Redis itself keeps running, so after the cut the worker finds everything as Redis left it:
 the message off the queue and, unless the worker kept it, nowhere else. Used by
 tests/integration/test_redis_hand_off.py; it reads only as much of the protocol as it needs
@@ -24,6 +25,10 @@ class RedisCut:
     redis_port: int
     queue: str
     down_s: float = 3.0
+    # True: the answer never reaches the worker — Redis popped the message and shut down before
+    # writing the reply (what Redis does when SIGTERM lands in that event-loop turn).
+    swallow: bool = False
+    skip: int = 0  # answers from ``queue`` let through before the one that is cut
     port: int = 0
     cuts: int = 0  # how many times it cut (once per ``arm``)
     _armed: bool = True
@@ -86,7 +91,8 @@ class RedisCut:
                 data = self._whole_reply(upstream, data)
                 if _first_bulk(data) == self.queue.encode() and self._take_arm():
                     self._down_until = time.monotonic() + self.down_s
-                    client.sendall(data)  # the worker has the message; Redis has let it go
+                    if not self.swallow:
+                        client.sendall(data)  # the worker has the message; Redis let it go
                     self.cuts += 1
                     self._drop_all()
                     return
@@ -106,6 +112,9 @@ class RedisCut:
 
     def _take_arm(self) -> bool:
         with self._lock:
+            if self._armed and self.skip > 0:
+                self.skip -= 1
+                return False
             armed, self._armed = self._armed, False
             return armed
 

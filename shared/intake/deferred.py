@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import redis
 
 from shared.core import keys
@@ -27,7 +28,8 @@ DRAIN_TOKEN_S = 30
 ANALYSIS_QUEUE_KEYS = ("embed", "retrieve", "rerank", "llm")
 
 _TAKE = """
--- KEYS: deferred zset, messages hash. Start the waiting group with the most events.
+-- KEYS: deferred zset, messages hash, in-flight hash. Start the waiting group with the most
+-- events, and record its chain in flight as intake would have.
 local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 local best, best_count, best_at = nil, -1, nil
 for i = 1, #members, 2 do
@@ -46,6 +48,12 @@ redis.call('HDEL', KEYS[2], best)
 if raw then
   local m = cjson.decode(raw)
   redis.call('LPUSH', m['queue'], m['body'])
+  if m['root'] then
+    local t = redis.call('TIME')
+    local entry = {queue = m['queue'], body = m['body'], last = m['last'],
+                   at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+    redis.call('HSET', KEYS[3], m['root'], cjson.encode(entry))
+  end
 end
 return {best, best_count}
 """
@@ -58,17 +66,32 @@ class Backlog:
 
 
 def defer(
-    pipe: Any, fingerprint: str, queue: str, body: bytes, *, now_ms: int, reason: str
+    pipe: Any,
+    fingerprint: str,
+    queue: str,
+    body: bytes,
+    *,
+    last_id: str,
+    now_ms: int,
+    reason: str,
 ) -> None:
-    """Keep a group's first chain message to start later (in the caller's pipeline)."""
-    message = {"queue": queue, "body": body.decode(), "reason": reason}
+    """Keep a group's first chain message to start later (in the caller's pipeline); when it
+    starts, it is recorded in flight (shared/core/inflight.py) by its root id and last id."""
+    root = orjson.loads(body)["headers"]["id"]
+    message = {
+        "queue": queue,
+        "body": body.decode(),
+        "reason": reason,
+        "root": root,
+        "last": last_id,
+    }
     pipe.hset(keys.DEFERRED_MESSAGES, fingerprint, json.dumps(message))
     pipe.zadd(keys.DEFERRED, {fingerprint: now_ms}, nx=True)
 
 
 def take_next(r: redis.Redis) -> tuple[str, int] | None:
     """Start the waiting group with the most events: (fingerprint, its count), or None."""
-    reply = r.register_script(_TAKE)(keys=[keys.DEFERRED, keys.DEFERRED_MESSAGES])
+    reply = r.register_script(_TAKE)(keys=[keys.DEFERRED, keys.DEFERRED_MESSAGES, keys.INFLIGHT])
     if not reply:
         return None
     fp, count = reply

@@ -19,7 +19,7 @@ import redis
 from celery import Celery
 from celery.result import AsyncResult
 
-from shared.core import keys
+from shared.core import inflight, keys
 from shared.core.domain import ErrorEvent, GroupRef
 from shared.core.pipeline import (
     analysis_message,
@@ -144,11 +144,16 @@ class Intake:
                 group = GroupRef(fingerprint=fp, window_start=occ.window_start)
                 queue, message, results[i] = analysis_message(self.app, event, group)
                 admission = admitted[i]
+                last_id = results[i].id
                 if admission.run_now:
                     pipe.lpush(queue, message)
+                    inflight.record(pipe, queue, message, last_id=last_id, now_ms=occ.last_seen)
                 else:
                     reason = admission.reason or "cap"
-                    deferred.defer(pipe, fp, queue, message, now_ms=occ.last_seen, reason=reason)
+                    deferred.defer(
+                        pipe, fp, queue, message, last_id=last_id, now_ms=occ.last_seen,
+                        reason=reason,
+                    )  # fmt: skip
                     waiting = True
             pipe.hset(keys.group(fp), "started", occ.window_start)
         pipe.execute()

@@ -112,7 +112,9 @@ def test_a_queued_batch_waits_for_an_intake_worker_and_a_batch_taken_twice_count
     env = {"TRACEHOUND_REDIS_URL": sink.redis_url, "TRACEHOUND_DATA_DIR": str(sink.workdir)}
     worker = start_worker("intake", ["intake"], 1, sink.workdir, env)
     try:
+        # Counted first, then (after the group's admission) its analysis started.
         wait_until(lambda: sink.total() == 40, 60, "the queued batch taken")
+        wait_until(lambda: sink.client.llen("embed") >= 1, 30, "its analysis started")
         assert sink.client.llen("embed") == 1  # one error group, one analysis started
         sink.client.lpush("intake", message)  # the same batch delivered again
         # Out of the list, then acknowledged (kombu's "unacked" hash) once the task returned.

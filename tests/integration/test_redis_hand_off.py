@@ -1,5 +1,7 @@
 """Redis going away in the instant after it hands a worker a message: the worker keeps the
-message it could not record and puts it back when Redis is there again (workers/redis_restart.py).
+message it could not record and puts it back when Redis is there again (workers/redis_restart.py);
+and when the answer never reached the worker, the in-flight sweep starts the chain again
+(shared/core/inflight.py).
 
 kombu takes a message with ``BRPOP`` and records it as unacknowledged with a second command;
 a restart between the two left the message nowhere (the restart test lost one analysis in ten
@@ -10,18 +12,23 @@ time instead of by chance.
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from shared.core.pipeline import enqueue_thread_reply, sender_app
+from shared.core.pipeline import enqueue_error, enqueue_thread_reply, sender_app
 from shared.core.settings import Settings
 from shared.devtools.localstack import LocalStack, simulator_env, wait_until
 from shared.devtools.redis_cut import RedisCut
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
-from tests.conftest import SLACK_CHANNEL
+from shared.intake.events import parse_event
+from tests.conftest import DATA, SLACK_CHANNEL
+
+TRACE = (DATA / "sample-error.txt").read_text()
 
 pytestmark = pytest.mark.integration
 
@@ -66,4 +73,67 @@ def test_a_message_taken_as_redis_goes_away_is_put_back_and_runs_once(
     [worker] = [p for p in stack.procs if p.name.startswith("worker-")]
     assert worker.alive(), worker.log_tail(30)
     assert "broker.hand_off_kept" in worker.log_path.read_text()
+    app.close()
+
+
+@pytest.fixture
+def swallowing_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    ollama_sim: OllamaSimulator,
+    slack_sim: SlackSimulator,
+) -> Iterator[tuple[LocalStack, RedisCut, str]]:
+    env = simulator_env(ollama_sim.url, slack_sim.url, channel=SLACK_CHANNEL) | {
+        "TRACEHOUND_REDELIVERY_AFTER": "10",  # the sweep's grace: a lost chain restarts in ~15 s
+    }
+    s = LocalStack(tmp_path_factory.mktemp("swallow"), env)
+    cut = None
+    try:
+        s.start_services()
+        real_url = s.env["TRACEHOUND_REDIS_URL"]
+        port = int(real_url.rsplit(":", 1)[1].split("/")[0])
+        # The second analyze message is cut: it waited on the llm queue while the first was
+        # analysed, so the stage before it had long been acknowledged (no redelivery of that
+        # stage can bring it back: only the in-flight sweep can).
+        cut = RedisCut(redis_port=port, queue="llm", down_s=2.0, swallow=True, skip=1)
+        s.env["TRACEHOUND_REDIS_URL"] = cut.start()
+        s.start_workers()
+        yield s, cut, real_url
+    finally:
+        s.stop()
+        if cut is not None:
+            cut.stop()
+
+
+def test_a_chain_whose_message_redis_popped_and_never_answered_is_started_again(
+    swallowing_stack: tuple[LocalStack, RedisCut, str],
+    slack_sim: SlackSimulator,
+    ollama_sim: OllamaSimulator,
+) -> None:
+    """Redis served the llm worker's BRPOP and shut down before writing the answer: the
+    message is off the queue, in no worker's hands, in no unacked hash. Only the in-flight
+    sweep (shared/core/inflight.py) knows the chain; it starts it again, and it posts once."""
+    stack, cut, real_url = swallowing_stack
+    app = sender_app(Settings(redis_url=real_url))
+    services = [f"svc-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    ollama_sim.configure(latency={"chat": 2.0})  # the first analysis holds the llm worker
+    try:
+        results = [
+            enqueue_error(app, parse_event(TRACE, service=s, repo="nowhere")) for s in services
+        ]
+
+        def posts(service: str) -> list[dict[str, object]]:
+            return [
+                m for m in slack_sim.messages if not m.get("thread_ts") and service in json.dumps(m)
+            ]
+
+        wait_until(lambda: cut.cuts == 1, 60, "the second analyze message swallowed")
+        wait_until(lambda: all(posts(s) for s in services), 90, "both messages")
+    finally:
+        ollama_sim.configure(latency={})
+    assert [r.get(timeout=30)["destination"] for r in results] == ["slack", "slack"]
+    time.sleep(2)
+    assert [len(posts(s)) for s in services] == [1, 1]
+    workers = [p for p in stack.procs if p.name.startswith("worker-")]
+    assert all(p.alive() for p in workers)
+    assert any("inflight.restarted" in p.log_path.read_text() for p in workers)
     app.close()

@@ -16,6 +16,7 @@ from celery.exceptions import Ignore, SoftTimeLimitExceeded
 from shared.analyze.cache import FreshAnalysisCache
 from shared.analyze.llm import degraded
 from shared.analyze.stage import CodeAccess, analyze_investigation, with_analysis
+from shared.core import inflight
 from shared.core import queues as q
 from shared.core.domain import (
     EMBED_FAILED,
@@ -59,6 +60,7 @@ def embed_query(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         # The same group window enqueued twice (its producer died between enqueueing the chain
         # and recording it, then replayed the event): one analysis is enough.
         log.info("analysis.duplicate_chain", extra={"event_id": inv.event.id})
+        inflight.done(ctx.redis, self.request.root_id or self.request.id)  # no result follows
         raise Ignore()
     # Producers redact already; this keeps secrets out of the models for any other caller.
     inv = inv.model_copy(update={"event": ctx.redactor.redact_event(inv.event)})
