@@ -130,6 +130,10 @@ def celery_config(
         "visibility_timeout": redelivery_after,
         "unacked_restore_interval": RESTORE_SWEEP_S,
         "unacked_restore_throttle": 1,
+        # kombu waits forever on a dead connection by default: a publish (a stage handing its
+        # result to the next) hung a pool child after a cut in test_redis_hand_off.py.
+        "socket_timeout": 30.0,
+        "socket_connect_timeout": 5.0,
     }
     return {
         "broker_url": redis_url,
