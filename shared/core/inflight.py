@@ -27,13 +27,13 @@ from typing import Any
 import orjson
 import redis
 
-from shared.core import keys
+from shared.core import keys, queues
 
 log = logging.getLogger(__name__)
 
-# The lists an analysis chain's messages wait on (embed: the query's priority level; bulk
-# index embedding waits under another key) and kombu's hash of messages held by workers.
-CHAIN_QUEUES = ("embed", "retrieve", "rerank", "llm", "notify")
+# The lists an analysis chain's messages wait on (notify: a post Slack did not take at once)
+# and kombu's hash of messages held by workers.
+CHAIN_QUEUES = (*queues.ANALYSIS_QUEUES, "notify")
 UNACKED = "unacked"
 RESULT_PREFIX = "celery-task-meta-"
 

@@ -12,6 +12,9 @@ from typing import Any
 MODEL_QUEUES = ("embed", "rerank", "llm")
 CPU_QUEUES = ("retrieve", "index", "notify", "intake")
 ALL_QUEUES = MODEL_QUEUES + CPU_QUEUES
+# The lists an analysis chain's stages wait on before Slack, in order (embed: the query's own
+# priority level; bulk index embedding waits under another key, at priority 9).
+ANALYSIS_QUEUES = ("embed", "retrieve", "rerank", "llm")
 
 EMBED_QUERY = "tracehound.embed_query"
 RETRIEVE = "tracehound.retrieve"

@@ -51,7 +51,8 @@ class RedisCut:
     def stop(self) -> None:
         self._stop.set()
         self._drop_all()
-        self._listener.close()
+        if listener := getattr(self, "_listener", None):  # None: never started
+            listener.close()
 
     def _accept(self) -> None:
         while not self._stop.is_set():

@@ -17,15 +17,12 @@ from typing import Any
 import orjson
 import redis
 
-from shared.core import keys
+from shared.core import keys, queues
 
 DRAIN_EVERY_S = 2.0
 # The drain token outlives a few drain intervals: a drain message lost with its worker is
-# replaced by the next deferral or status check once it expires.
+# replaced by the next deferral once it expires.
 DRAIN_TOKEN_S = 30
-# The queues an analysis goes through before Slack (embed: the query's priority level only;
-# bulk index embedding waits at priority 9 and must not hold the backlog back).
-ANALYSIS_QUEUE_KEYS = ("embed", "retrieve", "rerank", "llm")
 
 _TAKE = """
 -- KEYS: deferred zset, messages hash, in-flight hash. Start the waiting group with the most
@@ -101,7 +98,7 @@ def take_next(r: redis.Redis) -> tuple[str, int] | None:
 def analyses_queued(r: redis.Redis) -> int:
     """Analysis messages waiting for a stage: the host is free when none are."""
     pipe = r.pipeline(transaction=False)
-    for key in ANALYSIS_QUEUE_KEYS:
+    for key in queues.ANALYSIS_QUEUES:  # bulk index embedding does not hold the backlog back
         pipe.llen(key)
     return int(sum(pipe.execute()))
 

@@ -4,9 +4,10 @@ ingest / tailer / CLI ─▶ Intake.submit_many(events) ─▶ redact ─▶ fin
     first of its group in the window ─▶ analysis chain      later ones ─▶ count only
 
 A batch costs one round trip to count (every group's events in one pipelined script call per
-group), one to start the new groups' chains (their messages LPUSHed with the ``started`` mark)
-and one to claim count updates for repeated groups: HTTP ingest hands over a request's records
-and the tailer a read round's errors at once.
+group); when groups opened a window, one to read their mutes, one to admit them (incidents, the
+cap: shared/intake/incidents.py) and one to start or defer their chains (their messages LPUSHed
+with the ``started`` mark); and one to claim count updates for repeated groups: HTTP ingest
+hands over a request's records and the tailer a read round's errors at once.
 """
 
 from __future__ import annotations
@@ -78,9 +79,9 @@ class Intake:
         return submitted
 
     def submit_many(self, events: Sequence[ErrorEvent]) -> list[Submitted]:
-        """Each event as ``submit`` would take it alone, in order; the batch in three Redis
-        round trips at most. An exception (Redis out of reach) may leave part of the batch
-        counted: a retry with the same event ids counts each id once."""
+        """Each event as ``submit`` would take it alone, in order; the batch in five Redis
+        round trips at most (see the module doc). An exception (Redis out of reach) may leave
+        part of the batch counted: a retry with the same event ids counts each id once."""
         prepared = [self._prepare(event) for event in events]
         positions: dict[str, list[int]] = {}
         for i, (_, fp) in enumerate(prepared):

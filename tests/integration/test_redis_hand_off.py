@@ -15,13 +15,15 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from shared.core.pipeline import enqueue_error, enqueue_thread_reply, sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack, simulator_env, wait_until
+from shared.devtools.localstack import WORKER_GROUPS, LocalStack, simulator_env, wait_until
 from shared.devtools.redis_cut import RedisCut
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
@@ -33,6 +35,24 @@ TRACE = (DATA / "sample-error.txt").read_text()
 pytestmark = pytest.mark.integration
 
 
+def behind_cut(
+    workdir: Path, env: dict[str, str], cut: RedisCut, groups: Mapping[str, Any] = WORKER_GROUPS
+) -> Iterator[tuple[LocalStack, RedisCut, str]]:
+    """Redis and Chroma, and workers that talk to Redis through ``cut``; (stack, cut, the real
+    Redis URL, for senders)."""
+    s = LocalStack(workdir, env)
+    try:
+        s.start_services()
+        real_url = s.env["TRACEHOUND_REDIS_URL"]
+        cut.redis_port = int(real_url.rsplit(":", 1)[1].split("/")[0])
+        s.env["TRACEHOUND_REDIS_URL"] = cut.start()
+        s.start_workers(groups)
+        yield s, cut, real_url
+    finally:
+        s.stop()
+        cut.stop()
+
+
 @pytest.fixture
 def cut_stack(
     tmp_path_factory: pytest.TempPathFactory,
@@ -40,20 +60,8 @@ def cut_stack(
     slack_sim: SlackSimulator,
 ) -> Iterator[tuple[LocalStack, RedisCut, str]]:
     env = simulator_env(ollama_sim.url, slack_sim.url, channel=SLACK_CHANNEL)
-    s = LocalStack(tmp_path_factory.mktemp("cut"), env)
-    cut = None
-    try:
-        s.start_services()
-        real_url = s.env["TRACEHOUND_REDIS_URL"]
-        port = int(real_url.rsplit(":", 1)[1].split("/")[0])
-        cut = RedisCut(redis_port=port, queue="notify", down_s=3.0)
-        s.env["TRACEHOUND_REDIS_URL"] = cut.start()  # the worker talks to Redis through it
-        s.start_workers({"cpu": (("notify",), 1)})
-        yield s, cut, real_url
-    finally:
-        s.stop()
-        if cut is not None:
-            cut.stop()
+    cut = RedisCut(redis_port=0, queue="notify", down_s=3.0)
+    yield from behind_cut(tmp_path_factory.mktemp("cut"), env, cut, {"cpu": (("notify",), 1)})
 
 
 def test_a_message_taken_as_redis_goes_away_is_put_back_and_runs_once(
@@ -85,23 +93,11 @@ def swallowing_stack(
     env = simulator_env(ollama_sim.url, slack_sim.url, channel=SLACK_CHANNEL) | {
         "TRACEHOUND_REDELIVERY_AFTER": "10",  # the sweep's grace: a lost chain restarts in ~15 s
     }
-    s = LocalStack(tmp_path_factory.mktemp("swallow"), env)
-    cut = None
-    try:
-        s.start_services()
-        real_url = s.env["TRACEHOUND_REDIS_URL"]
-        port = int(real_url.rsplit(":", 1)[1].split("/")[0])
-        # The second analyze message is cut: it waited on the llm queue while the first was
-        # analysed, so the stage before it had long been acknowledged (no redelivery of that
-        # stage can bring it back: only the in-flight sweep can).
-        cut = RedisCut(redis_port=port, queue="llm", down_s=2.0, swallow=True, skip=1)
-        s.env["TRACEHOUND_REDIS_URL"] = cut.start()
-        s.start_workers()
-        yield s, cut, real_url
-    finally:
-        s.stop()
-        if cut is not None:
-            cut.stop()
+    # The second analyze message is cut: it waited on the llm queue while the first was
+    # analysed, so the stage before it had long been acknowledged (no redelivery of that stage
+    # can bring it back: only the in-flight sweep can).
+    cut = RedisCut(redis_port=0, queue="llm", down_s=2.0, swallow=True, skip=1)
+    yield from behind_cut(tmp_path_factory.mktemp("swallow"), env, cut)
 
 
 def test_a_chain_whose_message_redis_popped_and_never_answered_is_started_again(
