@@ -15,8 +15,9 @@ Each run measures two modes on fresh stacks: ``before`` — incidents and the ca
 (TRACEHOUND_INCIDENT_WINDOW=0, TRACEHOUND_MAX_NEW_GROUPS=0): what tracehound did until now —
 and ``incidents``, the defaults. Over the first ``--minute`` seconds from the first request:
 top-level Slack messages, all Slack posts (thread replies included), LLM calls, the time to the
-first message, and the time until the unrelated error's message (a host buried under 300
-queued analyses makes it wait). Checked at the end: every event counted in both modes.
+first message and its group's rank by events (1: the most frequent), and the time until the
+unrelated error's message (a host buried under 300 queued analyses makes it wait). Checked
+at the end: every event counted in both modes.
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ def run_once(mode: str, posts: list[str], llm_s: float, minute: float) -> dict[s
             wait_until(lambda: _counted(r) >= len_events(posts) + 1, 120, "every event counted")
             counted = _counted(r)
             waiting = int(r.zcard(keys.DEFERRED))
+            outage_top = [m for m in top if "checkout" not in _text(m)]
+            rank = _rank(r, min(outage_top, key=lambda m: m["t"])["ts"]) if outage_top else 0
             r.close()
         finally:
             if ingest is not None:
@@ -127,6 +130,7 @@ def run_once(mode: str, posts: list[str], llm_s: float, minute: float) -> dict[s
         "unrelated_s": min((m["t"] - unrelated_t for m in checkout), default=float("inf")),
         "counted": counted,
         "waiting": waiting,
+        "rank": rank,
     }
 
 
@@ -149,6 +153,19 @@ def _counted(r: redis.Redis) -> int:
         for k in r.scan_iter(match=keys.GROUP_PATTERN, count=1000)
         if k.count(b":") == 3  # th:group:v1:<sha1>, not its :message / :update keys
     )
+
+
+def _rank(r: redis.Redis, ts: str) -> int:
+    """The rank by events (1: the most) of the group whose message is ``ts``."""
+    totals, mine = [], None
+    for k in r.scan_iter(match=keys.GROUP_PATTERN, count=1000):
+        if k.count(b":") != 3:
+            continue
+        total, msg_ts = r.hmget(k, "total", "msg_ts")
+        totals.append(int(total or 0))
+        if msg_ts and msg_ts.decode() == ts:
+            mine = int(total or 0)
+    return 0 if mine is None else 1 + sum(t > mine for t in totals)
 
 
 def len_events(posts: list[str]) -> int:
@@ -191,6 +208,7 @@ def main() -> int:
         ("Slack posts (replies too)", "posts", "{:.0f}"),
         ("LLM calls", "llm", "{:.0f}"),
         ("first message, s", "first_s", "{:.1f}"),
+        ("first outage message's group: rank by events", "rank", "{:.0f}"),
         (f"unrelated error at {UNRELATED_AT_S:g} s: message after, s", "unrelated_s", "{:.1f}"),
         ("groups still waiting at the end", "waiting", "{:.0f}"),
     ]

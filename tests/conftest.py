@@ -28,6 +28,9 @@ SLACK_SIGNING_SECRET = "test-signing-secret"
 
 
 INCIDENTS_OFF = {"TRACEHOUND_INCIDENT_WINDOW": "0", "TRACEHOUND_MAX_NEW_GROUPS": "0"}
+# An incident's first group starts at once instead of after the settle (as before incidents
+# settled): for rigs that check what intake started, not which group an incident starts.
+SETTLE_OFF = {"TRACEHOUND_INCIDENT_SETTLE": "0"}
 
 
 @pytest.fixture(scope="session")

@@ -188,6 +188,12 @@ def incident_cause(cause: str) -> str:
     return f"{PREFIX}incident:cause:{_digest(cause)}"
 
 
+def cap_batch(service: str) -> str:
+    """String: the incident that summarises a service's new groups over its cap (expires with
+    the cap window)."""
+    return f"{PREFIX}incident:cap:{_digest(service)}"
+
+
 def new_groups(service: str) -> str:
     """Counter: new analyses started for a service in its current cap window."""
     return f"{PREFIX}newgroups:{_digest(service)}"
@@ -196,6 +202,8 @@ def new_groups(service: str) -> str:
 DEFERRED = f"{PREFIX}deferred"  # sorted set: waiting group -> when it was deferred (ms)
 DEFERRED_MESSAGES = f"{PREFIX}deferred:messages"  # hash: group -> its chain's first message
 DEFERRED_DRAIN = f"{PREFIX}deferred:drain"  # SET NX: a drain task is scheduled
+# sorted set: incident whose lead waits for its groups' counts -> when it may start (ms)
+DEFERRED_SETTLING = f"{PREFIX}deferred:settling"
 
 
 # --- analysis chains in flight (shared/core/inflight.py) ---------------------------------------

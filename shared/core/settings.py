@@ -188,8 +188,16 @@ class Settings(BaseSettings):
         300.0,
         ge=0,
         description="Seconds: new groups with the same root cause (innermost exception type "
-        "and normalized message) inside it form one incident: one Slack message, the first "
-        "group analysed at once, the rest later by count, threaded under it. 0: off.",
+        "and normalized message) inside it form one incident: one Slack message, its most "
+        "frequent group analysed first, the rest later by count, threaded under it. 0: off.",
+    )
+    incident_settle: float = Field(
+        3.0,
+        ge=0,
+        le=20,
+        description="Seconds a new incident waits for its groups' counts before its first "
+        "analysis starts (the most frequent group's); every error with a root cause may open "
+        "one, so this delays a lone error's message too. 0: the first group at once.",
     )
     max_new_groups: int = Field(
         20,

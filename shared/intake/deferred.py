@@ -1,11 +1,14 @@
 """The deferred backlog: new groups whose analysis waits for the model host to be free.
 
-A group waits here when it joined an incident after its first group, or when its service
-started ``max_new_groups`` analyses in the cap window (shared/intake/incidents.py). Its chain's
-first message is kept whole; ``take_next`` starts the waiting group with the most events in
-its window (ties: the longest waiting), atomically, so two drains never start one twice. The
-``drain_deferred`` task (workers/tasks/intake.py) calls it while the analysis queues are empty,
-every ``DRAIN_EVERY_S``. Keys: shared/core/keys.py (``DEFERRED*``).
+A group waits here when it opened or joined an incident, or when its service started
+``max_new_groups`` analyses in the cap window (shared/intake/incidents.py). Its chain's first
+message is kept whole. An incident's first group waits only for the incident to settle:
+``take_settled`` then starts the incident's most frequent waiting group, host free or not
+(that is the incident's message). ``take_next`` starts the waiting group with the most events
+in its window (ties: the longest waiting) when the analysis queues are empty. Both are
+atomic, so two drains never start one twice. The ``drain_deferred`` task
+(workers/tasks/intake.py) calls them every ``DRAIN_EVERY_S`` while groups wait. Keys:
+shared/core/keys.py (``DEFERRED*``).
 """
 
 from __future__ import annotations
@@ -24,36 +27,82 @@ DRAIN_EVERY_S = 2.0
 # replaced by the next deferral once it expires.
 DRAIN_TOKEN_S = 30
 
-_TAKE = """
--- KEYS: deferred zset, messages hash, in-flight hash. Start the waiting group with the most
--- events, and record its chain in flight as intake would have.
+# KEYS: deferred zset, messages hash, in-flight hash (as every script below). Start one
+# waiting group's chain, and record it in flight as intake would have.
+_START = """
+local function start(fp)
+  local raw = redis.call('HGET', KEYS[2], fp)
+  redis.call('ZREM', KEYS[1], fp)
+  redis.call('HDEL', KEYS[2], fp)
+  if raw then
+    local m = cjson.decode(raw)
+    redis.call('LPUSH', m['queue'], m['body'])
+    if m['root'] then
+      local t = redis.call('TIME')
+      local entry = {queue = m['queue'], body = m['body'], last = m['last'],
+                     at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+      redis.call('HSET', KEYS[3], m['root'], cjson.encode(entry))
+    end
+  end
+end
+local function count(fp)
+  return tonumber(redis.call('HGET', 'th:group:' .. fp, 'window_count')) or 0
+end
+"""
+
+# KEYS[4]: the settling incidents. The waiting group with the most events (ties: the longest
+# waiting) of those whose incident has settled.
+_TAKE = (
+    _START
+    + """
 local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 local best, best_count, best_at = nil, -1, nil
 for i = 1, #members, 2 do
   local fp, at = members[i], tonumber(members[i + 1])
-  local count = tonumber(redis.call('HGET', 'th:group:' .. fp, 'window_count')) or 0
-  if count > best_count or (count == best_count and at < best_at) then
-    best, best_count, best_at = fp, count, at
+  local incident = redis.call('HGET', 'th:group:' .. fp, 'incident')
+  if not (incident and redis.call('ZSCORE', KEYS[4], incident)) then
+    local n = count(fp)
+    if n > best_count or (n == best_count and at < best_at) then
+      best, best_count, best_at = fp, n, at
+    end
   end
 end
 if not best then
   return nil
 end
-local raw = redis.call('HGET', KEYS[2], best)
-redis.call('ZREM', KEYS[1], best)
-redis.call('HDEL', KEYS[2], best)
-if raw then
-  local m = cjson.decode(raw)
-  redis.call('LPUSH', m['queue'], m['body'])
-  if m['root'] then
-    local t = redis.call('TIME')
-    local entry = {queue = m['queue'], body = m['body'], last = m['last'],
-                   at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
-    redis.call('HSET', KEYS[3], m['root'], cjson.encode(entry))
-  end
-end
+start(best)
 return {best, best_count}
 """
+)
+
+# KEYS[4]: the settling incidents. Each incident whose settle is over (by Redis's clock, as
+# intake deferred it) starts its most frequent waiting group, not necessarily its first.
+_TAKE_SETTLED = (
+    _START
+    + """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for _, incident in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
+  redis.call('ZREM', KEYS[4], incident)
+  local best, best_count = nil, -1
+  for _, fp in ipairs(redis.call('ZRANGE', 'th:incident:' .. incident .. ':groups', 0, -1)) do
+    if redis.call('ZSCORE', KEYS[1], fp) then
+      local n = count(fp)
+      if n > best_count then
+        best, best_count = fp, n
+      end
+    end
+  end
+  if best then
+    start(best)
+    table.insert(out, best)
+    table.insert(out, best_count)
+  end
+end
+return out
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -71,9 +120,12 @@ def defer(
     last_id: str,
     now_ms: int,
     reason: str,
+    settle_until_ms: tuple[str, int] | None = None,
 ) -> None:
     """Keep a group's first chain message to start later (in the caller's pipeline); when it
-    starts, it is recorded in flight (shared/core/inflight.py) by its root id and last id."""
+    starts, it is recorded in flight (shared/core/inflight.py) by its root id and last id.
+    ``settle_until_ms`` (incident, ms): the incident's first group, whose incident starts its
+    most frequent group then, whether or not the host is free (``take_settled``)."""
     root = orjson.loads(body)["headers"]["id"]
     message = {
         "queue": queue,
@@ -84,15 +136,37 @@ def defer(
     }
     pipe.hset(keys.DEFERRED_MESSAGES, fingerprint, json.dumps(message))
     pipe.zadd(keys.DEFERRED, {fingerprint: now_ms}, nx=True)
+    if settle_until_ms is not None:
+        incident, until = settle_until_ms
+        pipe.zadd(keys.DEFERRED_SETTLING, {incident: until}, nx=True)
+
+
+_KEYS = (keys.DEFERRED, keys.DEFERRED_MESSAGES, keys.INFLIGHT, keys.DEFERRED_SETTLING)
 
 
 def take_next(r: redis.Redis) -> tuple[str, int] | None:
-    """Start the waiting group with the most events: (fingerprint, its count), or None."""
-    reply = r.register_script(_TAKE)(keys=[keys.DEFERRED, keys.DEFERRED_MESSAGES, keys.INFLIGHT])
+    """Start the waiting group with the most events: (fingerprint, its count), or None. A
+    group of an incident still settling is not taken: its incident starts first."""
+    reply = r.register_script(_TAKE)(keys=list(_KEYS))
     if not reply:
         return None
     fp, count = reply
-    return (fp.decode() if isinstance(fp, bytes) else fp), int(count)
+    return _s(fp), int(count)
+
+
+def take_settled(r: redis.Redis) -> list[tuple[str, int]]:
+    """For each incident whose settle is over, start its most frequent waiting group (its
+    first analysis, so it does not wait for the host to be free): (fingerprint, count)."""
+    reply = r.register_script(_TAKE_SETTLED)(keys=list(_KEYS))
+    return [(_s(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
+def settling(r: redis.Redis) -> int:
+    return int(r.zcard(keys.DEFERRED_SETTLING))
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 def analyses_queued(r: redis.Redis) -> int:

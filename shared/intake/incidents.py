@@ -4,17 +4,23 @@ When the database goes away, every endpoint fails with its own stack — 300 gro
 worth an analysis on a host that does one every few seconds — and underneath each the same
 ``OperationalError: could not connect to server``. The innermost exception's type and
 normalized message (``cause_of``) is the incident's key: the first new group with a cause
-opens an incident and is analysed at once; a new group with the same cause inside
-``incident_window`` (which slides with every new member) joins it and waits in the deferred
-backlog (shared/intake/deferred.py), analysed later in order of count while the host is free,
-its message threaded under the incident's. Independently, at most ``max_new_groups`` new
-analyses start per service and ``new_groups_window``; the groups over it wait in the same
-backlog. Nothing is dropped: every group is counted as before, and every one is analysed.
+opens an incident; a new group with the same cause inside ``incident_window`` (which slides
+with every new member) joins it. Every member waits in the deferred backlog
+(shared/intake/deferred.py): the first for ``settle_s`` only, so that the incident's most
+frequent group — known once the counts have come in — is analysed first, the rest later in
+order of count while the host is free, their messages threaded under the incident's.
+Independently, at most ``max_new_groups`` new analyses start per service and
+``new_groups_window``; the groups over it wait in the same backlog, and those alone in
+their incident join the service's cap batch: an incident of kind ``cap`` whose message is a
+summary, posted while they wait (shared/notify/incident.py). Nothing is dropped: every group
+is counted as before, and every one is analysed.
 
 Keys (``{id}`` a sequence number):
   th:incident:cause:{digest}  the open incident of a cause (expires with the window)
-  th:incident:{id}            hash: cause, opened_at, lead, poster, poster_at, msg_channel,
-                              msg_ts
+  th:incident:cap:{digest}    the open cap batch of a service (expires with the cap window)
+  th:incident:{id}            hash: cause (a cap batch: the service), kind (cause, cap),
+                              opened_at, lead, poster, poster_at, msg_channel, msg_ts,
+                              msg_target; a cap batch: cap, cap_window_s
   th:incident:{id}:groups     sorted set: member fingerprints by when they joined
   th:incident:{id}:labels     hash: fingerprint -> "service · exception at file" (the list)
   th:newgroups:{service}      new analyses started in the service's current cap window
@@ -37,6 +43,7 @@ from shared.intake.fingerprint import normalize_message
 
 IDLE_EXPIRY_S = 7 * 24 * 3600
 INCIDENT_UPDATE_S = 15.0  # an incident's list is rewritten at most this often
+SUMMARY_DUE_S = 1.0  # a new cap batch's summary is posted this soon
 _WORD = re.compile(r"(?<![<\w])[A-Za-z]{3,}(?![>\w])")  # a word that is not a placeholder
 
 
@@ -60,27 +67,17 @@ def cause_of(event: ErrorEvent) -> str | None:
 
 _ADMIT = """
 -- One new group: join or open its cause's incident, then apply the service's cap.
--- KEYS: cause key (unused when ARGV[2] == '0'), cap counter, group, incident sequence
--- ARGV: fp, has_cause, cause, incident_window_ms, cap_window_s, max_new, label, expiry_s
--- Returns "run:<incident>" or "defer:<incident>:<incident|cap>" (incident "" when none).
+-- KEYS: cause key (unused when ARGV[2] == '0'), cap counter, group, incident sequence,
+--       the service's cap batch
+-- ARGV: fp, has_cause, cause, incident_window_ms, cap_window_s, max_new, label, expiry_s,
+--       service, settle ('1': a lead waits for its incident's counts)
+-- Returns "run:<incident>" or "defer:<incident>:<incident|cap|settle>" (incident "" when
+-- none), and ":new" after "cap" when the group opened its service's cap batch.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local fp, expiry = ARGV[1], tonumber(ARGV[8])
-local incident = ''
-local lead = true
-if ARGV[2] == '1' then
-  local open = redis.call('GET', KEYS[1])
-  local ikey
-  if open then
-    incident = open
-    ikey = 'th:incident:' .. incident
-    lead = redis.call('HGET', ikey, 'lead') == fp
-  else
-    incident = tostring(redis.call('INCR', KEYS[4]))
-    ikey = 'th:incident:' .. incident
-    redis.call('HSET', ikey, 'cause', ARGV[3], 'opened_at', now, 'lead', fp)
-  end
-  redis.call('SET', KEYS[1], incident, 'PX', ARGV[4])
+local function join(incident)
+  local ikey = 'th:incident:' .. incident
   redis.call('ZADD', ikey .. ':groups', 'NX', now, fp)
   redis.call('HSET', ikey .. ':labels', fp, ARGV[7])
   redis.call('HSET', ikey, 'last_at', now)
@@ -88,6 +85,21 @@ if ARGV[2] == '1' then
     redis.call('EXPIRE', k, expiry)
   end
   redis.call('HSET', KEYS[3], 'incident', incident)
+end
+local incident = ''
+local lead = true
+if ARGV[2] == '1' then
+  local open = redis.call('GET', KEYS[1])
+  if open then
+    incident = open
+    lead = redis.call('HGET', 'th:incident:' .. incident, 'lead') == fp
+  else
+    incident = tostring(redis.call('INCR', KEYS[4]))
+    redis.call('HSET', 'th:incident:' .. incident, 'cause', ARGV[3], 'kind', 'cause',
+               'opened_at', now, 'lead', fp)
+  end
+  redis.call('SET', KEYS[1], incident, 'PX', ARGV[4])
+  join(incident)
 else
   redis.call('HDEL', KEYS[3], 'incident')  -- an older window's incident is not this one's
 end
@@ -99,7 +111,26 @@ if n == 1 then
   redis.call('EXPIRE', KEYS[2], ARGV[5])
 end
 if tonumber(ARGV[6]) > 0 and n > tonumber(ARGV[6]) then
+  -- Over the cap and alone (no incident, or one it just opened): one summary per service and
+  -- cap window lists it; later members of its incident still join that incident.
+  if incident == '' or redis.call('ZCARD', 'th:incident:' .. incident .. ':groups') == 1 then
+    incident = redis.call('GET', KEYS[5])
+    local opened = ''
+    if not incident then
+      opened = ':new'
+      incident = tostring(redis.call('INCR', KEYS[4]))
+      redis.call('HSET', 'th:incident:' .. incident, 'cause', ARGV[9], 'kind', 'cap',
+                 'opened_at', now, 'cap', ARGV[6], 'cap_window_s', ARGV[5])
+      local ttl = redis.call('TTL', KEYS[2])
+      redis.call('SET', KEYS[5], incident, 'EX', ttl > 0 and ttl or ARGV[5])
+    end
+    join(incident)
+    return 'defer:' .. incident .. ':cap' .. opened
+  end
   return 'defer:' .. incident .. ':cap'
+end
+if ARGV[10] == '1' and incident ~= '' then
+  return 'defer:' .. incident .. ':settle'
 end
 return 'run:' .. incident
 """
@@ -120,7 +151,10 @@ class Admission:
     fingerprint: str
     run_now: bool
     incident: str | None
-    reason: str | None = None  # why it waits: "incident" (a later member) or "cap"
+    # why it waits: "incident" (a later member), "cap", or "settle" (an incident's first
+    # group, until its groups' counts show which one to analyse first)
+    reason: str | None = None
+    opened_batch: bool = False  # it opened its service's cap batch (its summary is due)
 
 
 @dataclass(frozen=True)
@@ -128,6 +162,7 @@ class AdmissionPolicy:
     incident_window_s: float
     max_new_groups: int  # per service and cap window; 0: no cap
     new_groups_window_s: float
+    settle_s: float = 0.0  # an incident's first analysis waits this long for the counts
 
 
 class Admitter:
@@ -152,6 +187,7 @@ class Admitter:
                     keys.new_groups(g.service),
                     keys.group(g.fingerprint),
                     keys.INCIDENT_SEQ,
+                    keys.cap_batch(g.service),
                 ],
                 args=[
                     g.fingerprint,
@@ -162,6 +198,8 @@ class Admitter:
                     p.max_new_groups,
                     g.label,
                     IDLE_EXPIRY_S,
+                    g.service,
+                    "1" if p.settle_s > 0 else "0",
                 ],
                 client=pipe,
             )
@@ -170,7 +208,11 @@ class Admitter:
             verdict, incident, *why = _s(reply).split(":")
             out.append(
                 Admission(
-                    g.fingerprint, verdict == "run", incident or None, why[0] if why else None
+                    g.fingerprint,
+                    verdict == "run",
+                    incident or None,
+                    why[0] if why else None,
+                    opened_batch=why[1:] == ["new"],
                 )
             )
         return out
@@ -188,17 +230,25 @@ class Member:
     fingerprint: str
     label: str
     count: int  # events in the group's current window
+    waiting: bool = False  # its analysis has not started (it is in the deferred backlog)
 
 
 @dataclass(frozen=True)
 class Incident:
     id: str
-    cause: str
+    cause: str  # a cap batch: the service
     opened_at: int  # ms
     poster: str | None  # the group whose message is the incident's
     msg_channel: str | None
     msg_ts: str | None
     members: tuple[Member, ...]  # most events first
+    kind: str = "cause"  # "cap": the service's groups over its cap of new analyses
+    cap: int = 0  # a cap batch's cap and its window
+    cap_window_s: int = 0
+
+    @property
+    def waiting(self) -> int:
+        return sum(m.waiting for m in self.members)
 
     @property
     def events(self) -> int:
@@ -231,9 +281,13 @@ def load(r: redis.Redis, incident: str) -> Incident | None:
     pipe = r.pipeline(transaction=False)
     for fp in fps:
         pipe.hget(keys.group(fp), "window_count")
-    counts = [int(c or 0) for c in pipe.execute()]
+        pipe.zscore(keys.DEFERRED, fp)
+    found = pipe.execute()
     members = sorted(
-        (Member(fp, names[fp], n) for fp, n in zip(fps, counts, strict=True)),
+        (
+            Member(fp, names[fp], int(found[2 * i] or 0), found[2 * i + 1] is not None)
+            for i, fp in enumerate(fps)
+        ),
         key=lambda m: (-m.count, m.label),
     )
     return Incident(
@@ -244,6 +298,9 @@ def load(r: redis.Redis, incident: str) -> Incident | None:
         msg_channel=head.get("msg_channel") or None,
         msg_ts=head.get("msg_ts") or None,
         members=tuple(members),
+        kind=head.get("kind") or "cause",
+        cap=int(head.get("cap") or 0),
+        cap_window_s=int(head.get("cap_window_s") or 0),
     )
 
 

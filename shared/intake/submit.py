@@ -34,6 +34,7 @@ from shared.intake.fingerprint import GroupingConfig, fingerprint, load_grouping
 from shared.intake.groups import GroupStore, Occurrence
 from shared.intake.incidents import (
     INCIDENT_UPDATE_S,
+    SUMMARY_DUE_S,
     AdmissionPolicy,
     Admitter,
     NewGroup,
@@ -67,6 +68,7 @@ class Intake:
                 incident_window_s=settings.incident_window,
                 max_new_groups=settings.max_new_groups,
                 new_groups_window_s=settings.new_groups_window,
+                settle_s=settings.incident_settle,
             ),
         )
 
@@ -139,6 +141,7 @@ class Intake:
         # Intake's Redis is the broker: both are TRACEHOUND_REDIS_URL (intake_for).
         pipe = r.pipeline(transaction=False)
         waiting = False
+        drain_in = deferred.DRAIN_EVERY_S
         for i in opened:
             (event, fp), occ = prepared[i], occurrences[i]
             if i in admitted:
@@ -151,15 +154,23 @@ class Intake:
                     inflight.record(pipe, queue, message, last_id=last_id, now_ms=occ.last_seen)
                 else:
                     reason = admission.reason or "cap"
+                    settle = None
+                    if reason == "settle" and admission.incident is not None:
+                        until = occ.last_seen + int(self.settings.incident_settle * 1000)
+                        settle = (admission.incident, until)
+                        drain_in = max(drain_in, self.settings.incident_settle)
                     deferred.defer(
                         pipe, fp, queue, message, last_id=last_id, now_ms=occ.last_seen,
-                        reason=reason,
+                        reason=reason, settle_until_ms=settle,
                     )  # fmt: skip
                     waiting = True
             pipe.hset(keys.group(fp), "started", occ.window_start)
         pipe.execute()
         if waiting and deferred.claim_drain(r):
-            enqueue_drain(self.app, countdown=deferred.DRAIN_EVERY_S)
+            enqueue_drain(self.app, countdown=drain_in)
+        for a in admitted.values():
+            if a.opened_batch and a.incident:  # its summary goes out now, not in a while
+                schedule_incident_update(self.app, r, a.incident, soon=True)
         for incident in {a.incident for a in admitted.values() if a.incident and not a.run_now}:
             schedule_incident_update(self.app, r, incident)  # a group joined its list
         return results
@@ -180,10 +191,14 @@ class Intake:
                 enqueue_update_group(self.app, fp, countdown=interval)
 
 
-def schedule_incident_update(app: Celery, r: redis.Redis, incident: str) -> None:
-    """One rewrite of the incident's list per ``INCIDENT_UPDATE_S`` carries every change in it."""
-    if claim_update(r, incident, INCIDENT_UPDATE_S):
-        enqueue_update_incident(app, incident, countdown=INCIDENT_UPDATE_S)
+def schedule_incident_update(
+    app: Celery, r: redis.Redis, incident: str, *, soon: bool = False
+) -> None:
+    """One rewrite of the incident's list per ``INCIDENT_UPDATE_S`` carries every change in it;
+    ``soon``: one in a second (a cap batch's summary, the only word of what waits)."""
+    interval = SUMMARY_DUE_S if soon else INCIDENT_UPDATE_S
+    if claim_update(r, incident, interval):
+        enqueue_update_incident(app, incident, countdown=interval)
 
 
 def intake_for(settings: Settings, app: Celery) -> Intake:

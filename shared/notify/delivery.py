@@ -403,8 +403,9 @@ def _incident_posted(
 ) -> None:
     if post:
         incidents.posted(c.r, incident, delivery.channel, delivery.ts, channel)
-    # Most errors are an incident of one group: their message has no list to rewrite.
-    if c.refresh_incident_later is not None and incidents.size(c.r, incident) > 1:
+    # Most errors are an incident of one group: their message has no list to rewrite. A
+    # member that did not post has one above it (a cap batch's summary counts who waits).
+    if c.refresh_incident_later is not None and (not post or incidents.size(c.r, incident) > 1):
         c.refresh_incident_later(incident)
 
 

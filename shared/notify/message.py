@@ -151,12 +151,21 @@ INCIDENT_LISTED = 10  # groups named in the list; the rest are counted in one li
 
 
 def incident_block(inc: Incident, language: str = "en") -> dict[str, Any]:
+    """The incident's list of groups by count; a cap batch's (a service's groups over its cap
+    of new analyses) says how many still wait."""
     say = lambda key, **f: phrase(language, key, **f)  # noqa: E731
-    lines = [
-        "*"
-        + say("incident", groups=len(inc.members), services=inc.services, events=inc.events)
-        + f":* `{escape(inc.cause[:200])}`"
-    ]
+    if inc.kind == "cap":
+        head = say(
+            "cap_batch", groups=len(inc.members), service=f"`{escape(inc.cause[:100])}`",
+            cap=inc.cap, minutes=round(inc.cap_window_s / 60, 1), events=inc.events,
+        )  # fmt: skip
+        lines = [f"*{head}*"]
+    else:
+        lines = [
+            "*"
+            + say("incident", groups=len(inc.members), services=inc.services, events=inc.events)
+            + f":* `{escape(inc.cause[:200])}`"
+        ]
     for m in inc.members[:INCIDENT_LISTED]:
         lines.append(f"• {escape(m.label[:120])} — {say('times', count=m.count)}")
     rest = inc.members[INCIDENT_LISTED:]
@@ -164,12 +173,23 @@ def incident_block(inc: Incident, language: str = "en") -> dict[str, Any]:
         lines.append(
             "• " + say("incident_more", groups=len(rest), events=sum(m.count for m in rest))
         )
-    lines.append(say("incident_thread"))
+    if inc.kind != "cap":
+        lines.append(say("incident_thread"))
+    elif inc.waiting:
+        lines.append(say("cap_waiting", waiting=inc.waiting))
+    else:
+        lines.append(say("cap_done"))
     return {
         "type": "section",
         "block_id": INCIDENT_BLOCK_ID,
         "text": {"type": "mrkdwn", "text": "\n".join(lines)[:2900]},
     }
+
+
+def cap_summary(inc: Incident, language: str = "en") -> tuple[str, list[dict[str, Any]]]:
+    """A cap batch's own message while no member's analysis is out: the list alone."""
+    block = incident_block(inc, language)
+    return block["text"]["text"].splitlines()[0].strip("*"), [block]
 
 
 def with_incident(

@@ -40,6 +40,11 @@ PHRASES: dict[str, dict[str, str]] = {
         "{events} events",
         "incident_more": "{groups} more groups, {events} events",
         "incident_thread": "Each group's analysis follows in the thread, most frequent first.",
+        "cap_batch": "{groups} new error groups from {service} over the cap of {cap} new "
+        "analyses per {minutes} min, {events} events",
+        "cap_waiting": "{waiting} still wait for analysis: each is analysed in order of count "
+        "while the model host is free, in this thread.",
+        "cap_done": "All analysed: each group's analysis is in this thread.",
         "first_seen": "first seen {when}",
         "last_seen": "last seen {when}",
         "owners": "Owners",
@@ -76,6 +81,11 @@ PHRASES: dict[str, dict[str, str]] = {
         "이벤트 {events}건",
         "incident_more": "그 밖의 그룹 {groups}개, 이벤트 {events}건",
         "incident_thread": "그룹별 분석은 스레드에 발생 빈도순으로 이어집니다.",
+        "cap_batch": "{service}의 새 오류 그룹 {groups}개가 {minutes}분당 새 분석 {cap}개 한도를 "
+        "넘었습니다, 이벤트 {events}건",
+        "cap_waiting": "{waiting}개가 분석을 기다립니다: 모델 호스트가 비는 대로 발생 빈도순으로 "
+        "분석되어 이 스레드에 이어집니다.",
+        "cap_done": "모두 분석되었습니다: 그룹별 분석은 이 스레드에 있습니다.",
         "first_seen": "최초 {when}",
         "last_seen": "최근 {when}",
         "owners": "담당자",

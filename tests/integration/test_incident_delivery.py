@@ -1,7 +1,8 @@
 """An outage end to end, on a stack of its own with incidents on (the shared test stack runs
-them off): one Slack message for the incident, every group analysed — the first at once, the
-rest from the backlog while the host is free — each in the incident's thread, and the list on
-the message rewritten as groups join and counts grow."""
+them off): one Slack message for the incident, every group analysed — the most frequent first,
+the rest from the backlog while the host is free — each in the incident's thread, and the list
+on the message rewritten as groups join and counts grow. A service over its cap of new
+analyses: a summary of what waits, posted at once, every analysis in its thread."""
 
 from __future__ import annotations
 
@@ -21,13 +22,16 @@ from shared.devtools.localstack import LocalStack, simulator_env, wait_until
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
+from shared.intake.events import parse_event
 from shared.intake.fingerprint import fingerprint
 from shared.intake.incidents import incident_of, load
 from shared.intake.submit import intake_for
 from shared.notify.message import INCIDENT_BLOCK_ID
-from tests.conftest import SAMPLE_SERVICE, SLACK_CHANNEL
+from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL
 
 pytestmark = pytest.mark.integration
+
+CAP = 3  # new analyses per service and window (the outage starts one per service)
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +42,8 @@ def incident_stack(
 ) -> Iterator[LocalStack]:
     env = simulator_env(ollama_sim.url, slack_sim.url, channel=SLACK_CHANNEL) | {
         "TRACEHOUND_INCIDENT_WINDOW": "300",
+        "TRACEHOUND_INCIDENT_SETTLE": "2",
+        "TRACEHOUND_MAX_NEW_GROUPS": str(CAP),
         "TRACEHOUND_GROUP_UPDATE_INTERVAL": "1",
     }
     s = LocalStack(tmp_path_factory.mktemp("incident"), env)
@@ -49,6 +55,15 @@ def incident_stack(
         s.stop()
 
 
+def _settings(stack: LocalStack) -> Settings:
+    """The intake's settings as the stack's workers have them."""
+    return Settings(
+        redis_url=stack.env["TRACEHOUND_REDIS_URL"],
+        incident_settle=float(stack.env["TRACEHOUND_INCIDENT_SETTLE"]),
+        max_new_groups=int(stack.env["TRACEHOUND_MAX_NEW_GROUPS"]),
+    )
+
+
 def _analyses(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Analysis messages (a header block), not trace replies or count notes."""
     return [m for m in messages if any(b.get("type") == "header" for b in m.get("blocks") or [])]
@@ -57,7 +72,7 @@ def _analyses(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def test_an_outage_is_one_message_with_every_group_analysed_in_its_thread(
     incident_stack: LocalStack, slack_sim: SlackSimulator
 ) -> None:
-    settings = Settings(redis_url=incident_stack.env["TRACEHOUND_REDIS_URL"])
+    settings = _settings(incident_stack)
     app = sender_app(settings)
     index_repository(app, SAMPLE_SERVICE, "sample", max_bytes=1_000_000, timeout=120)
     events = list(outage.events(2, 3, 40, repo="sample"))
@@ -98,4 +113,54 @@ def test_an_outage_is_one_message_with_every_group_analysed_in_its_thread(
     wait_until(lambda: "6 error groups, 2 services, 40 events" in listed(), 60, "the list")
     inc = load(r, incident)
     assert inc is not None and inc.msg_ts == top["ts"] and inc.events == 40
+    # The incident's message is its most frequent group's analysis, not its first group's.
+    assert inc.poster is not None and counts[inc.poster] == max(counts.values())
+    app.close()
+
+
+def test_groups_over_the_cap_are_summed_up_at_once_and_analysed_in_its_thread(
+    incident_stack: LocalStack, slack_sim: SlackSimulator
+) -> None:
+    settings = _settings(incident_stack)
+    app = sender_app(settings)
+    index_repository(app, SAMPLE_SERVICE, "sample", max_bytes=1_000_000, timeout=120)
+    kinds = [  # five unrelated errors, each its own root cause, the later ones more frequent
+        (DATA / "sample-error.txt").read_text().replace("ZeroDivisionError", f"Kind{n}Error")
+        for n in range(CAP + 2)
+    ]
+    events = [
+        parse_event(k, service="busy", repo="sample")
+        for k in kinds
+        for _ in kinds[: kinds.index(k) + 1]
+    ]
+    fps = [fingerprint(parse_event(k, service="busy", repo="sample")).value for k in kinds]
+    intake = intake_for(settings, app)
+    intake.submit_many(events)
+    r = intake.groups.r
+    batch = incident_of(r, fps[CAP])
+    assert batch is not None and incident_of(r, fps[CAP + 1]) == batch  # the two over the cap
+
+    def summary() -> dict[str, Any] | None:
+        found = [
+            m for m in slack_sim.messages if not m.get("thread_ts") and "over the cap" in m["text"]
+        ]
+        return found[-1] if found else None
+
+    # The summary is out before the two groups over the cap are analysed.
+    wait_until(lambda: summary() is not None, 60, "the cap summary")
+    first = summary()
+    assert first is not None and "2 new error groups from `busy` over the cap of 3" in first["text"]
+    versions = [*first["history"], first]
+    assert "2 still wait for analysis" in json.dumps(versions[0]["blocks"])
+
+    def thread() -> list[dict[str, Any]]:
+        return _analyses([m for m in slack_sim.messages if m.get("thread_ts") == first["ts"]])
+
+    wait_until(lambda: len(thread()) == 2, 120, "both analyses in the summary's thread")
+    wait_until(lambda: "All analysed" in json.dumps(summary()), 60, "the summary rewritten")
+    assert len([m for m in slack_sim.messages if "over the cap" in m.get("text", "")]) == 1
+    top = _analyses(
+        [m for m in slack_sim.messages if not m.get("thread_ts") and "Kind" in json.dumps(m)]
+    )
+    assert len(top) == CAP  # the three under the cap have messages of their own
     app.close()

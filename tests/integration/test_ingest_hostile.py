@@ -20,6 +20,7 @@ import redis
 
 from shared.core import keys
 from shared.devtools.localstack import Proc, start_ingest, start_redis, start_worker, wait_until
+from tests.conftest import SETTLE_OFF
 
 pytestmark = pytest.mark.integration
 
@@ -40,6 +41,7 @@ class Sink:
             "TRACEHOUND_REDIS_URL": self.redis_url,
             "TRACEHOUND_INGEST_MAX_RECORDS": "1000",
             "TRACEHOUND_INGEST_READ_TIMEOUT": "1",
+            **SETTLE_OFF,
         }
         self.ingest, self.url = start_ingest(workdir, env, "--service", "shop-api")
         self.client = redis.Redis.from_url(self.redis_url)
@@ -109,7 +111,11 @@ def test_a_queued_batch_waits_for_an_intake_worker_and_a_batch_taken_twice_count
     [message] = sink.client.lrange("intake", 0, -1)
     assert sink.total() == 0  # no worker yet: nothing was taken
     sink.restart_redis()  # what Redis had when it answered survives a restart
-    env = {"TRACEHOUND_REDIS_URL": sink.redis_url, "TRACEHOUND_DATA_DIR": str(sink.workdir)}
+    env = {
+        "TRACEHOUND_REDIS_URL": sink.redis_url,
+        "TRACEHOUND_DATA_DIR": str(sink.workdir),
+        **SETTLE_OFF,
+    }
     worker = start_worker("intake", ["intake"], 1, sink.workdir, env)
     try:
         # Counted first, then (after the group's admission) its analysis started.

@@ -60,7 +60,7 @@ def test_the_compact_message_is_the_one_celery_sends(
 def intake_pair(
     fresh_redis: redis.Redis, private_redis_url: str
 ) -> Iterator[tuple[Intake, redis.Redis]]:
-    settings = Settings(redis_url=private_redis_url)
+    settings = Settings(redis_url=private_redis_url, incident_settle=0)
     app = sender_app(settings)
     yield Intake(app, fresh_redis, settings), fresh_redis
     app.close()

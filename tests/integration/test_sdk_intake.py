@@ -29,6 +29,7 @@ from shared.core.domain import ErrorEvent
 from shared.devtools.localstack import start_ingest, start_redis
 from shared.intake.frames import parse_frames
 from shared.retrieve.query import event_frames
+from tests.conftest import SETTLE_OFF
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +49,7 @@ class Server:
             "TRACEHOUND_SENTRY_PROJECTS": "7=shop-api:sample",
             "TRACEHOUND_INGEST_MAX_BODY_BYTES": str(MAX_BODY),
             "TRACEHOUND_INGEST_MAX_RECORDS": "100",
+            **SETTLE_OFF,
         }
         self.ingest, self.url = start_ingest(workdir, env)
         self.client = redis.Redis.from_url(self.redis_url)

@@ -385,7 +385,7 @@ def test_the_first_event_of_a_new_tailer_needs_no_writer(tmp_path: Path) -> None
         tmp_path / "logs",
     )
     try:
-        wait_until(lambda: client.llen("embed") == 1, 60, "one event")
+        wait_until(lambda: len(deferred.first_messages(client)) == 1, 60, "one event")
         [event] = queued_events(client)
         assert event["exception_type"] == "ZeroDivisionError"
         assert event["service"] == "shop-api"

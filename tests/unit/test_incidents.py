@@ -8,7 +8,7 @@ import random
 from shared.devtools.outage import Endpoint, trace
 from shared.intake.events import parse_event
 from shared.intake.incidents import Incident, Member, cause_of
-from shared.notify.message import INCIDENT_BLOCK_ID, with_incident
+from shared.notify.message import INCIDENT_BLOCK_ID, cap_summary, with_incident
 
 JAVA = """\
 org.springframework.dao.DataAccessResourceFailureException: Unable to acquire JDBC Connection
@@ -95,3 +95,32 @@ def test_labels_from_logs_cannot_mention_or_link() -> None:
     text = json.dumps(with_incident([HEADER, BODY], hostile))
     assert "<!channel>" not in text and "<@U1>" not in text and "<https://evil" not in text
     assert "&lt;!channel&gt;" in text
+
+
+def _cap_batch(service: str, *members: tuple[int, bool]) -> Incident:
+    return Incident(
+        id="8", cause=service, opened_at=0, poster=None, msg_channel=None, msg_ts=None,
+        members=tuple(
+            Member(f"fp{i}", f"{service} · Kind{i}Error", n, waiting)
+            for i, (n, waiting) in enumerate(members)
+        ),
+        kind="cap", cap=20, cap_window_s=600,
+    )  # fmt: skip
+
+
+def test_a_cap_summary_says_how_many_groups_wait_and_then_that_all_are_analysed() -> None:
+    text, blocks = cap_summary(_cap_batch("checkout", (30, True), (7, False), (2, True)))
+    assert text == (
+        "3 new error groups from `checkout` over the cap of 20 new analyses per 10.0 min, 39 events"
+    )
+    listed = blocks[0]["text"]["text"]
+    assert "2 still wait for analysis" in listed
+    assert listed.index("30 times") < listed.index("7 times") < listed.index("2 times")
+    _, done = cap_summary(_cap_batch("checkout", (30, False), (7, False)))
+    assert "All analysed" in done[0]["text"]["text"]
+    assert "Incident" not in listed  # not one root cause: unrelated groups over the cap
+
+
+def test_a_cap_summary_escapes_the_service_name_from_logs() -> None:
+    text, blocks = cap_summary(_cap_batch("<!here> svc", (1, True)))
+    assert "<!here>" not in text + json.dumps(blocks) and "&lt;!here&gt;" in text

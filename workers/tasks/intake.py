@@ -44,15 +44,16 @@ def intake_batch(self: Any, payload: dict[str, Any]) -> dict[str, int]:
 
 @app.task(**task_options(q.DRAIN_DEFERRED))
 def drain_deferred(self: Any) -> dict[str, Any]:
-    """Start the deferred backlog's group with the most events when no analysis is queued;
-    come back every ``DRAIN_EVERY_S`` while groups wait (shared/intake/deferred.py)."""
+    """Start each settled incident's most frequent group, and the deferred backlog's group with
+    the most events when no analysis is queued; come back every ``DRAIN_EVERY_S`` while
+    groups wait (shared/intake/deferred.py)."""
     r = context.clients().redis
-    started = None
-    if deferred.analyses_queued(r) == 0:
-        started = deferred.take_next(r)
-        if started is not None:
-            log.info("deferred.started", extra={"fingerprint": started[0], "count": started[1]})
-    if r.zcard(keys.DEFERRED):
+    started = deferred.take_settled(r)
+    if deferred.analyses_queued(r) == 0 and (taken := deferred.take_next(r)) is not None:
+        started.append(taken)
+    for fp, count in started:
+        log.info("deferred.started", extra={"fingerprint": fp, "count": count})
+    if r.zcard(keys.DEFERRED) or deferred.settling(r):
         deferred.keep_draining(r)
         enqueue_drain(app, countdown=deferred.DRAIN_EVERY_S)
     else:
@@ -60,4 +61,4 @@ def drain_deferred(self: Any) -> dict[str, Any]:
         # A group deferred between the look and the stop found the token still set: look again.
         if r.zcard(keys.DEFERRED) and deferred.claim_drain(r):
             enqueue_drain(app, countdown=deferred.DRAIN_EVERY_S)
-    return {"started": started[0] if started else None}
+    return {"started": [fp for fp, _ in started]}
