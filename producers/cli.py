@@ -17,7 +17,7 @@ from rich.console import Console
 
 from shared.core import logs, queues
 from shared.core.errors import PermanentError
-from shared.core.settings import Settings
+from shared.core.settings import Settings, invalid_settings
 from shared.devtools import stackfile
 
 cli = typer.Typer(
@@ -64,11 +64,7 @@ def load_settings(data_dir: Path | None = None) -> Settings:
             )
         return settings
     except ValidationError as exc:
-        # include_input=False: the rejected values may be tokens.
-        problems = "\n".join(
-            f"  {'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}"
-            for e in exc.errors(include_input=False)
-        )
+        problems = invalid_settings(exc)
         err.print(f"[red]invalid TRACEHOUND_* settings:[/red]\n{problems}", highlight=False)
         raise typer.Exit(2) from exc
 

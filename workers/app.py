@@ -8,8 +8,10 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import worker_init
+from pydantic import ValidationError
 
 from shared.core import queues
+from shared.core.settings import invalid_settings
 from shared.notify.routing import RoutingError, routing_for
 from workers import context, heartbeat, metrics, redis_restart  # metrics: signal handlers
 
@@ -31,7 +33,15 @@ app.steps["consumer"].add(heartbeat.VisibilityHeartbeat)
 
 @app.on_configure.connect
 def _configure(sender: Celery, **_: Any) -> None:
-    s = context.settings()
+    """Celery's settings from ours. Invalid settings stop the worker here, naming each bad
+    variable (Celery logs and swallows an Exception from a signal handler and would go on
+    with its defaults: an AMQP broker on localhost)."""
+    try:
+        s = context.settings()
+    except ValidationError as exc:
+        problems = invalid_settings(exc)
+        log.error("settings.invalid", extra={"error": problems})
+        raise SystemExit(f"tracehound: invalid TRACEHOUND_* settings:\n{problems}") from exc
     sender.config_from_object(
         queues.celery_config(
             s.redis_url,

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Tests, docs, examples and config: rarely where a production fix lands, so retrieval weighs
@@ -384,3 +384,14 @@ def mask_url_password(url: str) -> str:
         return f"{m['scheme']}{user}:****@" if sep else f"{m['scheme']}****@"
 
     return _URL_USERINFO.sub(hide, url)
+
+
+def invalid_settings(exc: ValidationError) -> str:
+    """One line per rejected setting, named as the variable that sets it; never the value
+    (it may be a token)."""
+    prefix = Settings.model_config.get("env_prefix", "")
+    return "\n".join(
+        f"  {(prefix + '_'.join(map(str, e['loc']))).upper() if e['loc'] else 'settings'}: "
+        f"{e['msg']}"
+        for e in exc.errors(include_input=False)
+    )
