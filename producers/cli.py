@@ -600,7 +600,7 @@ def eval_(
     ] = None,
 ) -> None:
     """Measure retrieval on bug-localization cases: file-level Recall@1/3/5/10 and MRR per mode."""
-    from shared.devtools.crossval import Collector, leave_one_repo_out
+    from shared.devtools.crossval import DEPTHS, SYMBOL_CAPS, Collector, leave_one_repo_out
     from shared.devtools.crossval import render as render_cv
     from shared.devtools.eval import (
         BASE_MODES,
@@ -662,6 +662,8 @@ def eval_(
             shown=settings.top_k,
             on_event=lambda msg: err.print(msg, highlight=False),
             on_case=collector if cv else None,
+            collect_depth=max(*DEPTHS, settings.candidate_depth),
+            collect_caps=SYMBOL_CAPS,
             followup_rounds=settings.analysis_rounds,
             followup_budget=settings.analysis_tool_chars,
         )
@@ -674,8 +676,9 @@ def eval_(
     if cv:
         base = Fusion(rrf_k=settings.rrf_k)
         crossed = leave_one_repo_out(
-            collector.cases, base, settings.demote_paths, settings.demote_weight
-        )
+            collector.cases, base, settings.demote_paths, settings.demote_weight,
+            settings.candidate_depth,
+        )  # fmt: skip
         out.print(render_cv(crossed))
         out.print(f"chosen on every case: {crossed.in_sample}", highlight=False)
         for repo, label in crossed.chosen.items():

@@ -15,6 +15,7 @@ import logging
 import sqlite3
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,8 @@ from shared.models.embedder import Embedder
 from shared.models.reranker import Reranker, relevance, rerank_candidates
 from shared.retrieve.evidence import lexical_overlap
 from shared.retrieve.hybrid import Ranking, hybrid_retrieve
-from shared.retrieve.keywords import chunks_covering, defining, symbol_table
-from shared.retrieve.query import build_query
+from shared.retrieve.keywords import MAX_DEFINITIONS, chunks_covering, defining, symbol_table
+from shared.retrieve.query import build_query, named_symbols
 
 log = logging.getLogger(__name__)
 
@@ -266,8 +267,11 @@ class MemoryIndex:
         ]
         return [self._hit(i, 0.0) for i in chunks_covering(spans, line)]
 
-    def defining(self, repo: str, names: Sequence[str]) -> list[ChunkHit]:
-        return [self._hit(i, 0.0) for i in defining(self.symbols, names)]
+    def defining(
+        self, repo: str, names: Sequence[str], *, max_definitions: int = MAX_DEFINITIONS
+    ) -> list[ChunkHit]:
+        found = defining(self.symbols, names, max_definitions=max_definitions)
+        return [self._hit(i, 0.0) for i in found]
 
     def chunks_of(self, repo: str, path: str) -> list[ChunkHit]:
         ordered = sorted(self.by_path.get(path, []), key=lambda i: self.chunks[i].start_line)
@@ -294,6 +298,10 @@ def load_corpus(
 
 # ---------------------------------------------------------------------------------------------
 # Running
+
+
+# A case's signals as mode ``all`` retrieved them, and the symbols signal per symbol cap.
+OnCase = Callable[[Case, Sequence[Ranking], dict[int, list[ChunkHit]]], None]
 
 
 @dataclass
@@ -385,11 +393,17 @@ def run_eval(
     shown: int = 5,
     keep_files: int = 20,
     on_event: Callable[[str], None] | None = None,
-    on_case: Callable[[Case, Sequence[Ranking]], None] | None = None,
+    on_case: OnCase | None = None,
+    collect_depth: int | None = None,
+    collect_caps: Sequence[int] = (),
     followup_rounds: int = 3,
     followup_budget: int = 6000,
 ) -> EvalReport:
     """Every case's ranked files per mode; cases are grouped so each corpus is indexed once.
+
+    ``on_case`` receives each case's signals as mode ``all`` retrieves them (crossval.py),
+    retrieved ``collect_depth`` deep (default: ``depth``), and the symbols signal's chunks
+    under each symbol cap of ``collect_caps``.
 
     With a reranker, each +rerank mode also suggests a minimum relevance: the best rerank
     score that separates cases whose first ``shown`` files hold the fix from those that do not.
@@ -455,7 +469,14 @@ def run_eval(
                     signals=MODE_SIGNALS[base],
                     prior=prior,
                 )
-                _hand_signals(on_case, mode, case, found.rankings)
+                again = partial(
+                    hybrid_retrieve, corpus_name, query, vector, vectors=index, keywords=index,
+                    locator=index, rrf_k=rrf_k, signals=MODE_SIGNALS[base], prior=prior,
+                )  # fmt: skip
+                _hand_signals(
+                    on_case, mode, case, found.rankings, again, depth, collect_depth,
+                    partial(_by_cap, index, query, collect_caps),
+                )  # fmt: skip
                 candidates, ranked, extra, seen_recall = _ranked(
                     mode,
                     found.candidates,
@@ -500,14 +521,28 @@ def run_eval(
 
 
 def _hand_signals(
-    on_case: Callable[[Case, Sequence[Ranking]], None] | None,
+    on_case: OnCase | None,
     mode: str,
     case: Case,
     rankings: Sequence[Ranking],
+    again: Callable[..., Any],
+    depth: int,
+    collect_depth: int | None,
+    by_cap: Callable[[], dict[int, list[ChunkHit]]],
 ) -> None:
-    """The signals of what the pipeline runs (mode ``all``), as retrieved (crossval.py)."""
-    if on_case is not None and mode == "all":
-        on_case(case, rankings)
+    """The signals of what the pipeline runs (mode ``all``) for crossval.py: as retrieved, or
+    retrieved ``again`` ``collect_depth`` deep."""
+    if on_case is None or mode != "all":
+        return
+    if collect_depth is not None and collect_depth != depth:
+        rankings = again(depth=collect_depth).rankings
+    on_case(case, rankings, by_cap())
+
+
+def _by_cap(index: MemoryIndex, query: str, caps: Sequence[int]) -> dict[int, list[ChunkHit]]:
+    """The symbols signal's chunks under each symbol cap (for crossval.py)."""
+    names = named_symbols(query)
+    return {cap: index.defining("", names, max_definitions=cap) for cap in caps}
 
 
 class SimulatorEmbedder:

@@ -13,6 +13,7 @@ RRF_K = 60
 # a file several retrieved chunks point into is likelier than one with a single lucky chunk,
 # and the geometric decay keeps a long file from winning by size alone.
 FILE_DECAY = 0.5
+CHUNKS_PER_FILE = 3  # a file scores its best few chunks
 
 
 def reciprocal_rank_fusion(
@@ -43,7 +44,7 @@ def reciprocal_rank_fusion(
 def group_by_file(
     fused: Sequence[ChunkHit],
     *,
-    chunks_per_file: int = 3,
+    chunks_per_file: int = CHUNKS_PER_FILE,
     decay: float = FILE_DECAY,
     weight: Callable[[str], float] | None = None,
 ) -> list[Candidate]:

@@ -28,6 +28,7 @@ VENDORED_WEIGHT = 0.25
 # Code defining a name the error mentions (``export_text``, ``LogisticRegressionCV``) counts as
 # much as one retriever's vote: a name can be the caller's as well as the culprit's.
 SYMBOL_WEIGHT = 1.0
+FRAME_SIGNALS = frozenset({"frames", "vendored"})
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class Fusion:
     symbols: float = SYMBOL_WEIGHT
     rrf_k: int = RRF_K
     decay: float = FILE_DECAY
+    # Frames only raise files another signal found (a boost), instead of adding their own: a
+    # trace through the library's own files then cannot push them above the fixed one.
+    frames_boost: bool = False
 
     def weight(self, signal: str) -> float:
         if signal == "vendored":
@@ -57,6 +61,12 @@ def fuse(
     rankings: Sequence[Ranking], fusion: Fusion, prior: Callable[[str], float] | None = None
 ) -> list[Candidate]:
     """Files ranked from the signals' rankings (each weighted as ``fusion`` says)."""
+    if fusion.frames_boost:
+        found = {h.path for signal, hits in rankings if signal not in FRAME_SIGNALS for h in hits}
+        rankings = [
+            (signal, [h for h in hits if h.path in found] if signal in FRAME_SIGNALS else hits)
+            for signal, hits in rankings
+        ]
     fused = reciprocal_rank_fusion(
         [hits for _, hits in rankings],
         k=fusion.rrf_k,

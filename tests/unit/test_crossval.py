@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 from shared.core.domain import ChunkHit
-from shared.devtools.crossval import Collector, leave_one_repo_out
+from shared.devtools.crossval import Collector, fast_rank, leave_one_repo_out
 from shared.devtools.eval import Case
-from shared.retrieve.hybrid import Fusion
+from shared.retrieve.hybrid import Fusion, fuse
+from shared.retrieve.priors import PathPrior
 
 
 def hits(*paths: str) -> list[ChunkHit]:
@@ -37,3 +40,58 @@ def test_a_repository_whose_cases_want_other_constants_scores_lower_held_out() -
     assert rows["cross-validated: leave one repo out"][r1] < 0.75
     assert "bm25 2" in report.chosen["beta"]  # chosen on alpha: BM25 counts double
     assert rows["bm25 alone"][r1] == 0.75 and rows["vector alone"][r1] == 0.25
+
+
+def test_a_shallower_depth_is_the_rankings_cut_short_and_a_cap_swaps_the_symbols() -> None:
+    collect = Collector()
+    deep = [f"f{i}.py" for i in range(100)]
+    collect(
+        Case(id="c", corpus="alpha-1.0", query="", gold=("f60.py",)),
+        [("vector", hits(*deep)), ("bm25", hits(*deep)), ("symbols", hits("s5.py"))],
+        {2: [], 5: hits("s5.py"), 10: hits("s5.py", "s10.py")},
+    )
+    [case] = collect.cases
+    at20 = dict(case.at(20, 2))
+    assert len(at20["vector"]) == 20 and len(at20["bm25"]) == 20 and "symbols" not in at20
+    at100 = dict(case.at(100, 10))
+    assert len(at100["vector"]) == 100 and [h.path for h in at100["symbols"]] == ["s5.py", "s10.py"]
+    # The fix is 61st in both retrievers: only the settings 100 deep can find it at all.
+    report = leave_one_repo_out(collect.cases, Fusion(), [], 1.0)
+    assert "depth 100" in report.in_sample
+    assert dict(report.rows)["default (what the pipeline runs)"][-1] == 0.0  # 50 deep
+
+
+def test_frames_as_a_boost_only_raise_files_another_signal_found() -> None:
+    rankings = [
+        ("vector", hits("a.py", "fix.py")),
+        ("bm25", hits("a.py", "fix.py")),
+        ("frames", hits("lib/site.py", "a.py")),  # the trace ran through the library's file
+    ]
+    ranked = [c.path for c in fuse(rankings, Fusion())]
+    boosted = [c.path for c in fuse(rankings, Fusion(frames_boost=True))]
+    assert ranked == ["a.py", "lib/site.py", "fix.py"]  # as a ranking, the frame adds a file
+    assert boosted == ["a.py", "fix.py"]  # as a boost, it only raises what the others found
+
+
+def test_the_fast_ranking_orders_files_exactly_as_the_pipelines_fusion() -> None:
+    """fast_rank is what makes thousands of settings affordable; fuse is the reference."""
+    rng = random.Random(5)
+    prior = PathPrior(["tests/**"], 0.3)
+    for _ in range(200):
+        rankings = []
+        for signal in ("vector", "bm25", "frames", "vendored", "symbols"):
+            chunks = rng.sample(range(40), rng.randint(0, 25))
+            paths = [f"{'tests/' if i % 7 == 0 else ''}f{i % 9}.py" for i in chunks]
+            found = [  # one file, several chunks
+                h.model_copy(update={"chunk_id": f"c{i}"})
+                for i, h in zip(chunks, hits(*paths), strict=True)
+            ]
+            rankings.append((signal, found))
+        fusion = Fusion(
+            bm25=rng.choice((0.5, 1.0, 2.0)), frames=rng.choice((1.0, 3.0)),
+            rrf_k=rng.choice((10, 60)), decay=rng.choice((0.3, 0.5)),
+            frames_boost=rng.random() < 0.5,
+        )  # fmt: skip
+        lean = [(s, [(h.chunk_id, h.path) for h in hs]) for s, hs in rankings]
+        expected = [c.path for c in fuse(rankings, fusion, prior)]
+        assert fast_rank(lean, fusion, prior) == expected
