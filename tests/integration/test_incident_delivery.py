@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from celery import Celery
 
 from shared.core import keys
 from shared.core.pipeline import sender_app
@@ -64,17 +65,25 @@ def _settings(stack: LocalStack) -> Settings:
     )
 
 
+@pytest.fixture
+def indexed(incident_stack: LocalStack) -> Iterator[tuple[Settings, Celery]]:
+    """The intake's settings and a sender app, the sample service indexed."""
+    settings = _settings(incident_stack)
+    app = sender_app(settings)
+    index_repository(app, SAMPLE_SERVICE, "sample", max_bytes=1_000_000, timeout=120)
+    yield settings, app
+    app.close()
+
+
 def _analyses(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Analysis messages (a header block), not trace replies or count notes."""
     return [m for m in messages if any(b.get("type") == "header" for b in m.get("blocks") or [])]
 
 
 def test_an_outage_is_one_message_with_every_group_analysed_in_its_thread(
-    incident_stack: LocalStack, slack_sim: SlackSimulator
+    indexed: tuple[Settings, Celery], slack_sim: SlackSimulator
 ) -> None:
-    settings = _settings(incident_stack)
-    app = sender_app(settings)
-    index_repository(app, SAMPLE_SERVICE, "sample", max_bytes=1_000_000, timeout=120)
+    settings, app = indexed
     events = list(outage.events(2, 3, 40, repo="sample"))
     counts = Counter(fingerprint(e).value for e in events)
     intake = intake_for(settings, app)
@@ -115,15 +124,12 @@ def test_an_outage_is_one_message_with_every_group_analysed_in_its_thread(
     assert inc is not None and inc.msg_ts == top["ts"] and inc.events == 40
     # The incident's message is its most frequent group's analysis, not its first group's.
     assert inc.poster is not None and counts[inc.poster] == max(counts.values())
-    app.close()
 
 
 def test_groups_over_the_cap_are_summed_up_at_once_and_analysed_in_its_thread(
-    incident_stack: LocalStack, slack_sim: SlackSimulator
+    indexed: tuple[Settings, Celery], slack_sim: SlackSimulator
 ) -> None:
-    settings = _settings(incident_stack)
-    app = sender_app(settings)
-    index_repository(app, SAMPLE_SERVICE, "sample", max_bytes=1_000_000, timeout=120)
+    settings, app = indexed
     kinds = [  # five unrelated errors, each its own root cause, the later ones more frequent
         (DATA / "sample-error.txt").read_text().replace("ZeroDivisionError", f"Kind{n}Error")
         for n in range(CAP + 2)
@@ -163,4 +169,3 @@ def test_groups_over_the_cap_are_summed_up_at_once_and_analysed_in_its_thread(
         [m for m in slack_sim.messages if not m.get("thread_ts") and "Kind" in json.dumps(m)]
     )
     assert len(top) == CAP  # the three under the cap have messages of their own
-    app.close()
