@@ -551,7 +551,8 @@ def _reranker(settings: Settings) -> Any:
 @cli.command("eval")
 def eval_(
     cases: Annotated[
-        Path | None, typer.Option(help="Cases, one JSON object a line (bench format).")
+        list[Path] | None,
+        typer.Option(help="Cases, one JSON object a line (bench format); repeat for more files."),
     ] = None,
     corpora: Annotated[
         Path | None,
@@ -619,7 +620,7 @@ def eval_(
     if feedback:
         _eval_feedback(settings, export, json_out)
         return
-    if cases is None or corpora is None:
+    if not cases or corpora is None:
         err.print("[red]error:[/red] --cases and --corpora are required (or use --feedback)")
         raise typer.Exit(2)
     reranker = _reranker(settings)
@@ -636,7 +637,11 @@ def eval_(
         err.print("[red]+rerank modes need TRACEHOUND_RERANK_BACKEND and TRACEHOUND_RERANK_URL")
         raise typer.Exit(2)
     try:
-        case_list = load_cases(cases, limit=limit)
+        case_list = [c for path in cases for c in load_cases(path)][:limit]
+        counted = collections.Counter(c.id for c in case_list)
+        repeated = sorted(i for i, n in counted.items() if n > 1)
+        if repeated:
+            raise ValueError(f"case ids in more than one place: {', '.join(repeated)}")
         emb = make_embedder(embedder, max_seq_length=max_seq_length)
     except (OSError, ValueError, PermanentError) as exc:
         err.print(f"[red]error:[/red] {exc}")

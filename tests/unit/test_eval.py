@@ -230,3 +230,27 @@ def test_eval_with_a_rerank_server_suggests_a_min_relevance(tmp_path: Path, corp
         (c["misses_flagged"], c["hits_flagged"]), abs=1e-3
     )
     assert "best_relevance" not in report.cases[0]["modes"]["all"]
+
+
+def test_cli_eval_reads_several_case_files_and_refuses_an_id_in_two(
+    tmp_path: Path, corpora: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from producers.cli import cli
+
+    lines = cases_file(tmp_path).read_text().splitlines()
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_text(lines[0] + "\n")
+    second.write_text("\n".join(lines[1:]) + "\n")
+    out = tmp_path / "out.json"
+    args = ["eval", "--corpora", str(corpora), "--cache-dir", str(tmp_path / "c")]
+    args += ["--modes", "bm25"]
+    env = {"TRACEHOUND_RERANK_BACKEND": "none"}
+    both = CliRunner().invoke(
+        cli, [*args, "--cases", str(first), "--cases", str(second), "--json", str(out)], env=env
+    )
+    assert both.exit_code == 0, both.output
+    assert [c["id"] for c in json.loads(out.read_text())["cases"]] == ["t-1", "t-2"]
+    twice = CliRunner().invoke(cli, [*args, "--cases", str(first), "--cases", str(first)], env=env)
+    assert twice.exit_code == 2 and "case ids in more than one place: t-1" in twice.output
