@@ -157,7 +157,7 @@ def incident_block(inc: Incident, language: str = "en") -> dict[str, Any]:
     if inc.kind == "cap":
         head = say(
             "cap_batch", groups=len(inc.members), service=f"`{escape(inc.cause[:100])}`",
-            cap=inc.cap, minutes=round(inc.cap_window_s / 60, 1), events=inc.events,
+            cap=inc.cap, minutes=f"{inc.cap_window_s / 60:.3g}", events=inc.events,
         )  # fmt: skip
         lines = [f"*{head}*"]
     else:

@@ -111,7 +111,7 @@ def _cap_batch(service: str, *members: tuple[int, bool]) -> Incident:
 def test_a_cap_summary_says_how_many_groups_wait_and_then_that_all_are_analysed() -> None:
     text, blocks = cap_summary(_cap_batch("checkout", (30, True), (7, False), (2, True)))
     assert text == (
-        "3 new error groups from `checkout` over the cap of 20 new analyses per 10.0 min, 39 events"
+        "3 new error groups from `checkout` over the cap of 20 new analyses per 10 min, 39 events"
     )
     listed = blocks[0]["text"]["text"]
     assert "2 still wait for analysis" in listed
