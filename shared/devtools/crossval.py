@@ -151,8 +151,8 @@ def fast_rank(
 ) -> list[str]:
     """The files ``fuse`` would rank, best first, with plain tuples instead of copied
     ChunkHits: the same sums in the same order, so the same floats and the same ties."""
-    if fusion.frames_boost:
-        found = {p for signal, hits in rankings if signal not in FRAME_SIGNALS for _, p in hits}
+    found = {p for signal, hits in rankings if signal not in FRAME_SIGNALS for _, p in hits}
+    if fusion.frames_boost and found:
         rankings = [
             (signal, [(c, p) for c, p in hits if p in found] if signal in FRAME_SIGNALS else hits)
             for signal, hits in rankings

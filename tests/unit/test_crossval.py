@@ -67,7 +67,7 @@ def test_frames_as_a_boost_only_raise_files_another_signal_found() -> None:
         ("bm25", hits("a.py", "fix.py")),
         ("frames", hits("lib/site.py", "a.py")),  # the trace ran through the library's file
     ]
-    ranked = [c.path for c in fuse(rankings, Fusion())]
+    ranked = [c.path for c in fuse(rankings, Fusion(frames_boost=False))]
     boosted = [c.path for c in fuse(rankings, Fusion(frames_boost=True))]
     assert ranked == ["a.py", "lib/site.py", "fix.py"]  # as a ranking, the frame adds a file
     assert boosted == ["a.py", "fix.py"]  # as a boost, it only raises what the others found
@@ -95,3 +95,12 @@ def test_the_fast_ranking_orders_files_exactly_as_the_pipelines_fusion() -> None
         lean = [(s, [(h.chunk_id, h.path) for h in hs]) for s, hs in rankings]
         expected = [c.path for c in fuse(rankings, fusion, prior)]
         assert fast_rank(lean, fusion, prior) == expected
+
+
+def test_frames_rank_alone_when_no_other_signal_found_anything() -> None:
+    """Vectors and BM25 failed (a degraded retrieval): the trace's files still come first."""
+    only_frames = [("frames", hits("app/pricing.py", "app/api.py"))]
+    assert [c.path for c in fuse(only_frames, Fusion(frames_boost=True))] == [
+        "app/pricing.py",
+        "app/api.py",
+    ]

@@ -90,7 +90,7 @@ def test_the_default_prior_demotes_tests_docs_and_config_only() -> None:
         "setup.cfg",
         "examples/plot_demo.py",
     ):
-        assert prior(path) == pytest.approx(0.3), path
+        assert prior(path) == pytest.approx(0.15), path
     for path in ("shop/pricing.py", "src/_pytest/python.py", "sklearn/utils/testing_utils.py"):
         assert prior(path) == 1.0, path
     assert "tests/" in DEFAULT_DEMOTE

@@ -177,7 +177,7 @@ def test_an_invalid_setting_never_prints_the_secret_it_rejected() -> None:
 def test_the_path_prior_is_configured_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert PathPrior.from_settings(Settings())("tests/test_app.py") == pytest.approx(0.3)
+    assert PathPrior.from_settings(Settings())("tests/test_app.py") == pytest.approx(0.15)
     monkeypatch.setenv("TRACEHOUND_DEMOTE_PATHS", '["qa/", "*.feature"]')
     monkeypatch.setenv("TRACEHOUND_DEMOTE_WEIGHT", "0.5")
     prior = PathPrior.from_settings(Settings())
