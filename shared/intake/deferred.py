@@ -56,10 +56,11 @@ _TAKE = (
     _START
     + """
 local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local any_settling = redis.call('ZCARD', KEYS[4]) > 0
 local best, best_count, best_at = nil, -1, nil
 for i = 1, #members, 2 do
   local fp, at = members[i], tonumber(members[i + 1])
-  local incident = redis.call('HGET', 'th:group:' .. fp, 'incident')
+  local incident = any_settling and redis.call('HGET', 'th:group:' .. fp, 'incident')
   if not (incident and redis.call('ZSCORE', KEYS[4], incident)) then
     local n = count(fp)
     if n > best_count or (n == best_count and at < best_at) then
