@@ -596,15 +596,23 @@ def eval_(
         typer.Option(
             "--cv",
             help="'repo': also choose the fusion constants by leave-one-repo-out and print "
-            "in-sample and cross-validated scores side by side.",
+            "in-sample and cross-validated scores side by side (with a +followup mode, the "
+            "lookups' weight too).",
         ),
     ] = None,
 ) -> None:
     """Measure retrieval on bug-localization cases: file-level Recall@1/3/5/10 and MRR per mode."""
-    from shared.devtools.crossval import DEPTHS, SYMBOL_CAPS, Collector, leave_one_repo_out
+    from shared.devtools.crossval import (
+        DEPTHS,
+        SYMBOL_CAPS,
+        Collector,
+        followup_cv,
+        leave_one_repo_out,
+    )
     from shared.devtools.crossval import render as render_cv
     from shared.devtools.eval import (
         BASE_MODES,
+        FOLLOWUP_SUFFIX,
         MODE_SIGNALS,
         RERANK_SUFFIX,
         EmbeddingCache,
@@ -651,7 +659,7 @@ def eval_(
         raise typer.Exit(2)
     if cv and "all" not in wanted:
         wanted.append("all")  # the signals the cross-validation re-fuses come from it
-    collector = Collector()
+    collector = Collector(followup=any(m.endswith(FOLLOWUP_SUFFIX) for m in wanted))
     cache = EmbeddingCache((cache_dir or settings.data_dir / "eval-cache") / "vectors.sqlite")
     try:
         report = run_eval(
@@ -688,6 +696,11 @@ def eval_(
         out.print(f"chosen on every case: {crossed.in_sample}", highlight=False)
         for repo, label in crossed.chosen.items():
             out.print(f"held out {repo} ({crossed.repos[repo]} cases): {label}", highlight=False)
+        if collector.followup:
+            followed = followup_cv(collector.cases, crossed, settings.demote_paths)
+            out.print(render_cv(crossed, followed.rows, "all+followup"))
+            weights = ", ".join(f"{r} {w:g}" for r, w in followed.chosen.items())
+            out.print(f"lookup weight chosen with each repository held out: {weights}")
 
 
 @cli.command()

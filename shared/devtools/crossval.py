@@ -10,6 +10,10 @@ cases (best mean Recall@5, then MRR) and its own cases are scored with them; the
 cross-validated figures pool those held-out scores. The in-sample figures choose on every
 case and score on the same ones: the gap between the two is how much tuning on the dev set
 flatters it.
+
+The follow-up mode (``all+followup``: retrieval, then the stand-in model's lookups of
+followup.py fused in) is cross-validated the same way, nested: each fold's retrieval setting
+as above, then the lookups' weight chosen on the other repositories' cases under that setting.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from shared.core.domain import ChunkHit
-from shared.devtools.eval import KS, Case, recall_at, reciprocal_rank
+from shared.devtools.eval import KS, Case, Follow, recall_at, reciprocal_rank
+from shared.devtools.followup import LOOKUP_WEIGHT, with_lookups
 from shared.retrieve.fusion import CHUNKS_PER_FILE
-from shared.retrieve.hybrid import FRAME_SIGNALS, Fusion, Ranking
+from shared.retrieve.hybrid import FRAME_SIGNALS, Fusion, Ranking, fuse
 from shared.retrieve.keywords import MAX_DEFINITIONS
 from shared.retrieve.priors import PathPrior
 
@@ -39,6 +44,8 @@ DEPTHS = (20, 50, 100)  # candidates per retriever (TRACEHOUND_CANDIDATE_DEPTH)
 SYMBOL_CAPS = (2, MAX_DEFINITIONS, 10)  # a name defined in more places is ignored
 DEPTH_BOUND = frozenset({"vector", "bm25"})  # the rankings candidate depth cuts
 SINGLE_SIGNALS = ("vector", "bm25", "frames", "symbols")
+# The lookups' weight against one retriever in the follow-up mode (0: they only count as seen).
+LOOKUP_WEIGHTS = (0.0, 0.25, LOOKUP_WEIGHT, 1.0, 2.0)
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,7 @@ class Retrieved1:
     repo: str
     rankings: list[Ranking]  # max(DEPTHS) deep
     symbols_by_cap: dict[int, list[ChunkHit]] = field(default_factory=dict)
+    follow: Follow | None = None  # runs the stand-in model's lookups (followup.py)
 
     def at(self, depth: int, cap: int) -> list[Ranking]:
         """The rankings as retrieval at ``depth`` with symbol cap ``cap`` would give them."""
@@ -97,15 +105,18 @@ class Collector:
     """What ``run_eval``'s ``on_case`` hands over, per case."""
 
     cases: list[Retrieved1] = field(default_factory=list)
+    followup: bool = False  # keep each case's lookups for followup_cv
 
     def __call__(
         self,
         case: Case,
         rankings: Sequence[Ranking],
         symbols_by_cap: Mapping[int, list[ChunkHit]] | None = None,
+        follow: Follow | None = None,
     ) -> None:
         repo = case.corpus.rsplit("-", 1)[0]  # <pypi_name>-<version>
-        self.cases.append(Retrieved1(case, repo, list(rankings), dict(symbols_by_cap or {})))
+        kept = follow if self.followup else None  # it holds the corpus's index in memory
+        self.cases.append(Retrieved1(case, repo, list(rankings), dict(symbols_by_cap or {}), kept))
 
 
 Metrics = tuple[float, ...]  # recall@k for KS, then reciprocal rank
@@ -199,6 +210,9 @@ class CvReport:
     in_sample: str  # the setting chosen on every case
     cases: int
     repos: dict[str, int]
+    default: Setting | None = None
+    in_sample_setting: Setting | None = None
+    chosen_settings: dict[str, Setting] = field(default_factory=dict)
 
 
 def leave_one_repo_out(
@@ -214,15 +228,15 @@ def leave_one_repo_out(
         settings.append(default)
     metrics = score(cases, settings, demote_paths)
     everyone = list(range(len(cases)))
-    repos: dict[str, list[int]] = {}
-    for j, c in enumerate(cases):
-        repos.setdefault(c.repo, []).append(j)
+    repos = _by_repo(cases)
     held_out: list[Metrics] = [()] * len(cases)
     chosen = {}
+    chosen_settings = {}
     for repo, own in repos.items():
         others = [j for j in everyone if j not in set(own)]
         best = _best(metrics, others)
         chosen[repo] = settings[best].label()
+        chosen_settings[repo] = settings[best]
         for j in own:
             held_out[j] = metrics[best][j]
     best_all = _best(metrics, everyone)
@@ -240,22 +254,107 @@ def leave_one_repo_out(
         in_sample=settings[best_all].label(),
         cases=len(cases),
         repos={r: len(js) for r, js in repos.items()},
+        default=default,
+        in_sample_setting=settings[best_all],
+        chosen_settings=chosen_settings,
     )
 
 
-def render(report: CvReport) -> object:
+def _by_repo(cases: Sequence[Retrieved1]) -> dict[str, list[int]]:
+    repos: dict[str, list[int]] = {}
+    for j, c in enumerate(cases):
+        repos.setdefault(c.repo, []).append(j)
+    return repos
+
+
+@dataclass
+class FollowCv:
+    rows: list[tuple[str, Metrics]]
+    chosen: dict[str, float]  # held-out repo -> the lookup weight chosen on the others
+    in_sample: float
+
+
+def followup_cv(
+    cases: Sequence[Retrieved1],
+    report: CvReport,
+    demote_paths: Sequence[str],
+    weights: Sequence[float] = LOOKUP_WEIGHTS,
+) -> FollowCv:
+    """The follow-up mode cross-validated, nested in ``report``'s folds: for each held-out
+    repository, retrieval fused with the setting chosen on the others, then the lookups' weight
+    chosen on the others under that setting; its own cases scored with both. The lookups run
+    once per case and setting (retrieval's first files decide them), on the pipeline's
+    ``fuse``; only their weight is re-fused."""
+    assert report.default and report.in_sample_setting, "report from leave_one_repo_out"
+    if any(c.follow is None for c in cases):
+        raise ValueError("cases were collected without their lookups (Collector(followup=True))")
+    wanted = {report.default, report.in_sample_setting, *report.chosen_settings.values()}
+    # metrics[setting][weight index][case]
+    metrics: dict[Setting, list[list[Metrics]]] = {}
+    for s in wanted:
+        prior = PathPrior(demote_paths, s.prior_weight)
+        per_weight: list[list[Metrics]] = [[] for _ in weights]
+        for c in cases:
+            candidates = fuse(c.at(s.depth, s.cap), s.fusion, prior)
+            assert c.follow is not None
+            specific = c.follow(candidates, prior).specific
+            paths = [x.path for x in candidates]
+            for i, w in enumerate(weights):
+                ranked = with_lookups(paths, specific, weight=w, rrf_k=s.fusion.rrf_k)
+                per_weight[i].append(_metrics(ranked, c.case.gold))
+        metrics[s] = per_weight
+    everyone = list(range(len(cases)))
+    held_out: list[Metrics] = [()] * len(cases)
+    chosen = {}
+    for repo, own in _by_repo(cases).items():
+        s = report.chosen_settings[repo]
+        others = [j for j in everyone if j not in set(own)]
+        best = _best(metrics[s], others)
+        chosen[repo] = weights[best]
+        for j in own:
+            held_out[j] = metrics[s][best][j]
+    best_all = _best(metrics[report.in_sample_setting], everyone)
+    default_w = weights.index(LOOKUP_WEIGHT) if LOOKUP_WEIGHT in weights else 0
+    rows = [
+        (
+            f"default + lookups at weight {LOOKUP_WEIGHT:g}",
+            _mean(metrics[report.default][default_w]),
+        ),
+        (
+            f"in-sample: setting and weight ({weights[best_all]:g}) chosen on every case",
+            _mean(metrics[report.in_sample_setting][best_all]),
+        ),
+        ("cross-validated: leave one repo out", _mean(held_out)),
+    ]
+    return FollowCv(rows, chosen, weights[best_all])
+
+
+def render(
+    report: CvReport, rows: Sequence[tuple[str, Metrics]] | None = None, what: str = "fusion"
+) -> object:
     from rich.table import Table
 
     table = Table(
         title=f"leave-one-repo-out on {report.cases} cases from {len(report.repos)} repositories"
     )
-    table.add_column("fusion")
+    table.add_column(what)
     for k in KS:
         table.add_column(f"R@{k}", justify="right")
     table.add_column("MRR", justify="right")
-    for label, m in report.rows:
+    for label, m in report.rows if rows is None else rows:
         table.add_row(label, *(f"{v:.3f}" for v in m))
     return table
 
 
-__all__ = ["DEPTHS", "SYMBOL_CAPS", "Collector", "CvReport", "grid", "leave_one_repo_out", "render"]
+__all__ = [
+    "DEPTHS",
+    "LOOKUP_WEIGHTS",
+    "SYMBOL_CAPS",
+    "Collector",
+    "CvReport",
+    "FollowCv",
+    "followup_cv",
+    "grid",
+    "leave_one_repo_out",
+    "render",
+]

@@ -24,7 +24,7 @@ from rank_bm25 import BM25Okapi
 
 from shared.core.domain import Candidate, Chunk, ChunkHit, ErrorEvent
 from shared.devtools.calibration import suggest_threshold
-from shared.devtools.followup import simulated_followup
+from shared.devtools.followup import Lookups, run_lookups, simulated_followup
 from shared.index.chunking import CHUNKER_VERSION, chunk_file, defined_names, embedding_text
 from shared.index.reindex import IndexReport, collect
 from shared.index.tokens import tokenize
@@ -301,7 +301,9 @@ def load_corpus(
 
 
 # A case's signals as mode ``all`` retrieved them, and the symbols signal per symbol cap.
-OnCase = Callable[[Case, Sequence[Ranking], dict[int, list[ChunkHit]]], None]
+# A case's lookups by the stand-in model (followup.py), given retrieval's candidates and a prior.
+Follow = Callable[[Sequence[Candidate], Callable[[str], float] | None], Lookups]
+OnCase = Callable[[Case, Sequence[Ranking], dict[int, list[ChunkHit]], Follow], None]
 
 
 @dataclass
@@ -473,9 +475,13 @@ def run_eval(
                     hybrid_retrieve, corpus_name, query, vector, vectors=index, keywords=index,
                     locator=index, rrf_k=rrf_k, signals=MODE_SIGNALS[base], prior=prior,
                 )  # fmt: skip
+                follow = partial(
+                    _follow, corpus_name, event, query, index, shown,
+                    followup_rounds, followup_budget,
+                )  # fmt: skip
                 _hand_signals(
                     on_case, mode, case, found.rankings, again, depth, collect_depth,
-                    partial(_by_cap, index, query, collect_caps),
+                    partial(_by_cap, index, query, collect_caps), follow,
                 )  # fmt: skip
                 candidates, ranked, extra, seen_recall = _ranked(
                     mode,
@@ -529,14 +535,32 @@ def _hand_signals(
     depth: int,
     collect_depth: int | None,
     by_cap: Callable[[], dict[int, list[ChunkHit]]],
+    follow: Follow,
 ) -> None:
     """The signals of what the pipeline runs (mode ``all``) for crossval.py: as retrieved, or
-    retrieved ``again`` ``collect_depth`` deep."""
+    retrieved ``again`` ``collect_depth`` deep; and how to run the case's lookups."""
     if on_case is None or mode != "all":
         return
     if collect_depth is not None and collect_depth != depth:
         rankings = again(depth=collect_depth).rankings
-    on_case(case, rankings, by_cap())
+    on_case(case, rankings, by_cap(), follow)
+
+
+def _follow(
+    repo: str,
+    event: ErrorEvent,
+    query: str,
+    index: MemoryIndex,
+    shown: int,
+    rounds: int,
+    budget: int,
+    candidates: Sequence[Candidate],
+    prior: Callable[[str], float] | None,
+) -> Lookups:
+    return run_lookups(
+        repo, event, query, candidates, index, shown=shown, rounds=rounds, budget=budget,
+        prior=prior,
+    )  # fmt: skip
 
 
 def _by_cap(index: MemoryIndex, query: str, caps: Sequence[int]) -> dict[int, list[ChunkHit]]:

@@ -36,6 +36,13 @@ _BUILTIN_NAME = re.compile(r"(?:Error|Exception|Warning)$|^NoneType$")
 
 
 @dataclass(frozen=True)
+class Lookups:
+    specific: list[str]  # files the definitions and frame reads returned, in the order they came
+    found: list[str]  # files every lookup returned (searches too), in the order they came
+    calls: list[str]
+
+
+@dataclass(frozen=True)
 class FollowUp:
     ranked: list[str]  # files, retrieval's order fused with the definitions and frames read
     found: list[str]  # files every lookup returned (searches too), in the order they came
@@ -72,7 +79,7 @@ def planned_lookups(
     return calls
 
 
-def simulated_followup(
+def run_lookups(
     repo: str,
     event: ErrorEvent,
     query: str,
@@ -82,10 +89,10 @@ def simulated_followup(
     shown: int = 5,
     rounds: int = 3,
     budget: int = 6000,
-    rrf_k: int = 60,
     prior: Callable[[str], float] | None = None,
-) -> FollowUp:
-    """Retrieval's files re-ranked with what the stand-in model's lookups found."""
+) -> Lookups:
+    """What the stand-in model's lookups return, with retrieval's first ``shown`` files in
+    front of it, through the analysis's tools and bounds."""
     tools = Toolbox(repo, index, lambda text: text, budget, prior=prior)
     found: list[str] = []
     specific: list[str] = []  # from definitions and frames, not from a search's guesses
@@ -98,9 +105,45 @@ def simulated_followup(
         found += [p for p in paths if p not in found]
         if name != "search_code":
             specific += [p for p in paths if p not in specific]
+    return Lookups(specific, found, list(tools.lookups))
+
+
+def with_lookups(
+    ranked: Sequence[str],
+    specific: Sequence[str],
+    *,
+    weight: float = LOOKUP_WEIGHT,
+    rrf_k: int = 60,
+) -> list[str]:
+    """Retrieval's files fused by reciprocal rank with the lookups' ``specific`` files, these
+    counting ``weight`` of a retriever (0: retrieval's order unchanged)."""
     score: dict[str, float] = {}
-    for ranking, weight in (([c.path for c in candidates], 1.0), (specific, LOOKUP_WEIGHT)):
+    for ranking, w in ((ranked, 1.0), (specific, weight)):
+        if w <= 0:
+            continue
         for rank, path in enumerate(ranking, start=1):
-            score[path] = score.get(path, 0.0) + weight / (rrf_k + rank)
-    ranked = sorted(score, key=lambda p: -score[p])
-    return FollowUp(ranked, found, list(tools.lookups))
+            score[path] = score.get(path, 0.0) + w / (rrf_k + rank)
+    return sorted(score, key=lambda p: -score[p])
+
+
+def simulated_followup(
+    repo: str,
+    event: ErrorEvent,
+    query: str,
+    candidates: Sequence[Candidate],
+    index: CodeIndex,
+    *,
+    shown: int = 5,
+    rounds: int = 3,
+    budget: int = 6000,
+    rrf_k: int = 60,
+    prior: Callable[[str], float] | None = None,
+    weight: float = LOOKUP_WEIGHT,
+) -> FollowUp:
+    """Retrieval's files re-ranked with what the stand-in model's lookups found."""
+    got = run_lookups(
+        repo, event, query, candidates, index, shown=shown, rounds=rounds, budget=budget,
+        prior=prior,
+    )  # fmt: skip
+    ranked = with_lookups([c.path for c in candidates], got.specific, weight=weight, rrf_k=rrf_k)
+    return FollowUp(ranked, got.found, got.calls)

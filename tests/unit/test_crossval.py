@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from shared.core.domain import ChunkHit
 from shared.devtools.crossval import Collector, fast_rank, leave_one_repo_out
 from shared.devtools.eval import Case
@@ -104,3 +106,50 @@ def test_frames_rank_alone_when_no_other_signal_found_anything() -> None:
         "app/pricing.py",
         "app/api.py",
     ]
+
+
+def test_the_lookups_weight_is_chosen_on_the_other_repositories() -> None:
+    """In 'alpha' the lookups find the fix retrieval put third; in 'beta' they find a wrong
+    file and retrieval had the fix first. Any weight lifts alpha's fix to first; weight 2 puts
+    beta's wrong file above its fix. Held out, alpha is scored with what beta prefers (no
+    lookups) and beta with what alpha prefers (the smallest weight that helps), so the
+    cross-validated recall is below the in-sample choice's, which serves both."""
+    from shared.devtools.crossval import followup_cv
+    from shared.devtools.followup import Lookups
+
+    def follow(found: list[str]):  # type: ignore[no-untyped-def]
+        return lambda candidates, prior: Lookups(found, found, ["find_symbol"])
+
+    collect = Collector(followup=True)
+    for n in range(3):
+        collect(
+            Case(id=f"a{n}", corpus="alpha-1.0", query="", gold=("fix.py",)),
+            [("vector", hits("x.py", "y.py", "fix.py")), ("bm25", hits("x.py", "y.py", "fix.py"))],
+            None,
+            follow(["fix.py"]),
+        )
+    collect(
+        Case(id="b0", corpus="beta-2.0", query="", gold=("fix.py",)),
+        [("vector", hits("fix.py", "x.py"))],
+        None,
+        follow(["bad.py"]),
+    )
+    report = leave_one_repo_out(collect.cases, Fusion(), [], 1.0)
+    followed = followup_cv(collect.cases, report, [])
+    rows = dict(followed.rows)
+    r1 = 0
+    assert followed.chosen == {"alpha": 0.0, "beta": 0.25}
+    assert followed.in_sample == 0.25
+    assert rows["in-sample: setting and weight (0.25) chosen on every case"][r1] == 1.0
+    assert rows["cross-validated: leave one repo out"][r1] == 0.25  # beta's case only
+    assert rows["default + lookups at weight 0.5"][r1] == 1.0
+
+
+def test_a_collector_without_lookups_refuses_the_follow_up_cross_validation() -> None:
+    from shared.devtools.crossval import followup_cv
+
+    collect = Collector()  # followup off: the lookups (and the corpus' index) are not kept
+    collect(Case(id="a", corpus="alpha-1.0", query="", gold=("a.py",)), [("bm25", hits("a.py"))])
+    report = leave_one_repo_out(collect.cases, Fusion(), [], 1.0)
+    with pytest.raises(ValueError, match="without their lookups"):
+        followup_cv(collect.cases, report, [])

@@ -9,6 +9,7 @@ import pytest
 
 from shared.devtools.eval import (
     BASE_MODES,
+    KS,
     Case,
     EmbeddingCache,
     SimulatorEmbedder,
@@ -254,3 +255,38 @@ def test_cli_eval_reads_several_case_files_and_refuses_an_id_in_two(
     assert [c["id"] for c in json.loads(out.read_text())["cases"]] == ["t-1", "t-2"]
     twice = CliRunner().invoke(cli, [*args, "--cases", str(first), "--cases", str(first)], env=env)
     assert twice.exit_code == 2 and "case ids in more than one place: t-1" in twice.output
+
+
+def test_the_follow_up_cross_validation_reproduces_the_follow_up_mode(
+    tmp_path: Path, corpora: Path
+) -> None:
+    """The cross-validation re-runs each case's lookups on its own fusion; at the defaults
+    that must give exactly what the eval's all+followup mode ranked. With one file shown, the
+    lookups read api.py (a frame) and find ``handle`` there, lifting it above the fix."""
+    import shutil
+
+    from shared.devtools.crossval import (
+        SYMBOL_CAPS,
+        Collector,
+        followup_cv,
+        leave_one_repo_out,
+    )
+    from shared.retrieve.hybrid import Fusion
+
+    shutil.copytree(corpora / "shop-1.0", corpora / "store-2.0")
+    cases = [c for c in load_cases(cases_file(tmp_path)) if c.corpus == "shop-1.0"]
+    cases += [Case(f"s-{c.id}", "store-2.0", c.query, c.gold) for c in cases]
+    collect = Collector(followup=True)
+    report = run_eval(
+        cases, corpora, embedder=SimulatorEmbedder(), modes=["all", "all+followup"],
+        depth=100, shown=1, on_case=collect, collect_depth=100, collect_caps=SYMBOL_CAPS,
+    )  # fmt: skip
+    assert report.summary["all+followup"]["recall@1"] < report.summary["all"]["recall@1"]
+    crossed = leave_one_repo_out(collect.cases, Fusion(), [], 1.0, 100)
+    followed = followup_cv(collect.cases, crossed, [])
+    label, metrics = followed.rows[0]
+    assert label == "default + lookups at weight 0.5"
+    summary = report.summary["all+followup"]
+    expected = (*(summary[f"recall@{k}"] for k in KS), summary["mrr"])
+    assert metrics == pytest.approx(expected)
+    assert set(followed.chosen) == {"shop", "store"}
