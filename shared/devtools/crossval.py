@@ -45,7 +45,7 @@ SYMBOL_CAPS = (2, MAX_DEFINITIONS, 10)  # a name defined in more places is ignor
 DEPTH_BOUND = frozenset({"vector", "bm25"})  # the rankings candidate depth cuts
 SINGLE_SIGNALS = ("vector", "bm25", "frames", "symbols")
 # The lookups' weight against one retriever in the follow-up mode (0: they only count as seen).
-LOOKUP_WEIGHTS = (0.0, 0.25, LOOKUP_WEIGHT, 1.0, 2.0)
+LOOKUP_WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0)
 
 
 @dataclass(frozen=True)
@@ -279,6 +279,7 @@ def followup_cv(
     report: CvReport,
     demote_paths: Sequence[str],
     weights: Sequence[float] = LOOKUP_WEIGHTS,
+    default_weight: float = LOOKUP_WEIGHT,
 ) -> FollowCv:
     """The follow-up mode cross-validated, nested in ``report``'s folds: for each held-out
     repository, retrieval fused with the setting chosen on the others, then the lookups' weight
@@ -288,6 +289,8 @@ def followup_cv(
     assert report.default and report.in_sample_setting, "report from leave_one_repo_out"
     if any(c.follow is None for c in cases):
         raise ValueError("cases were collected without their lookups (Collector(followup=True))")
+    if default_weight not in weights:
+        weights = (*weights, default_weight)
     wanted = {report.default, report.in_sample_setting, *report.chosen_settings.values()}
     # metrics[setting][weight index][case]
     metrics: dict[Setting, list[list[Metrics]]] = {}
@@ -314,11 +317,10 @@ def followup_cv(
         for j in own:
             held_out[j] = metrics[s][best][j]
     best_all = _best(metrics[report.in_sample_setting], everyone)
-    default_w = weights.index(LOOKUP_WEIGHT) if LOOKUP_WEIGHT in weights else 0
     rows = [
         (
-            f"default + lookups at weight {LOOKUP_WEIGHT:g}",
-            _mean(metrics[report.default][default_w]),
+            f"default + lookups at weight {default_weight:g}",
+            _mean(metrics[report.default][weights.index(default_weight)]),
         ),
         (
             f"in-sample: setting and weight ({weights[best_all]:g}) chosen on every case",

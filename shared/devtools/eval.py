@@ -24,7 +24,7 @@ from rank_bm25 import BM25Okapi
 
 from shared.core.domain import Candidate, Chunk, ChunkHit, ErrorEvent
 from shared.devtools.calibration import suggest_threshold
-from shared.devtools.followup import Lookups, run_lookups, simulated_followup
+from shared.devtools.followup import LOOKUP_WEIGHT, Lookups, run_lookups, simulated_followup
 from shared.index.chunking import CHUNKER_VERSION, chunk_file, defined_names, embedding_text
 from shared.index.reindex import IndexReport, collect
 from shared.index.tokens import tokenize
@@ -355,6 +355,7 @@ def _ranked(
     rounds: int,
     budget: int,
     rrf_k: int,
+    weight: float,
 ) -> tuple[list[Candidate], list[str], dict[str, Any], float | None]:
     """(candidates, ranked files, row fields, recall over the files seen) after a mode's
     rerank or simulated follow-up."""
@@ -365,7 +366,7 @@ def _ranked(
         return candidates, ranked, {}, None
     followed = simulated_followup(
         at.corpus, at.event, at.query, candidates, at.index,
-        shown=shown, rounds=rounds, budget=budget, rrf_k=rrf_k, prior=at.prior,
+        shown=shown, rounds=rounds, budget=budget, rrf_k=rrf_k, prior=at.prior, weight=weight,
     )  # fmt: skip
     seen = [*ranked[:shown], *followed.found]
     extra = {"lookups": followed.lookups, "looked_up_files": followed.found[:20]}
@@ -400,6 +401,7 @@ def run_eval(
     collect_caps: Sequence[int] = (),
     followup_rounds: int = 3,
     followup_budget: int = 6000,
+    followup_weight: float = LOOKUP_WEIGHT,
 ) -> EvalReport:
     """Every case's ranked files per mode; cases are grouped so each corpus is indexed once.
 
@@ -492,6 +494,7 @@ def run_eval(
                     rounds=followup_rounds,
                     budget=followup_budget,
                     rrf_k=rrf_k,
+                    weight=followup_weight,
                 )
                 seen_by_mode.setdefault(mode, []).append(seen_recall)
                 ranked_by_mode[mode].append((ranked, case.gold))

@@ -142,7 +142,7 @@ def test_the_lookups_weight_is_chosen_on_the_other_repositories() -> None:
     assert followed.in_sample == 0.25
     assert rows["in-sample: setting and weight (0.25) chosen on every case"][r1] == 1.0
     assert rows["cross-validated: leave one repo out"][r1] == 0.25  # beta's case only
-    assert rows["default + lookups at weight 0.5"][r1] == 1.0
+    assert rows["default + lookups at weight 0"][r1] == 0.25  # the default: lookups only seen
 
 
 def test_a_collector_without_lookups_refuses_the_follow_up_cross_validation() -> None:

@@ -260,9 +260,11 @@ def test_cli_eval_reads_several_case_files_and_refuses_an_id_in_two(
 def test_the_follow_up_cross_validation_reproduces_the_follow_up_mode(
     tmp_path: Path, corpora: Path
 ) -> None:
-    """The cross-validation re-runs each case's lookups on its own fusion; at the defaults
-    that must give exactly what the eval's all+followup mode ranked. With one file shown, the
-    lookups read api.py (a frame) and find ``handle`` there, lifting it above the fix."""
+    """The cross-validation re-runs each case's lookups on its own fusion; at the default
+    setting that must give exactly what the eval's all+followup mode ranked. With one file
+    shown, the lookups read api.py (a frame) and find ``handle`` there; fused at half a
+    retriever's weight (not the default, which only counts them as seen), that lifts api.py
+    above the fix."""
     import shutil
 
     from shared.devtools.crossval import (
@@ -280,10 +282,11 @@ def test_the_follow_up_cross_validation_reproduces_the_follow_up_mode(
     report = run_eval(
         cases, corpora, embedder=SimulatorEmbedder(), modes=["all", "all+followup"],
         depth=100, shown=1, on_case=collect, collect_depth=100, collect_caps=SYMBOL_CAPS,
+        followup_weight=0.5,
     )  # fmt: skip
     assert report.summary["all+followup"]["recall@1"] < report.summary["all"]["recall@1"]
     crossed = leave_one_repo_out(collect.cases, Fusion(), [], 1.0, 100)
-    followed = followup_cv(collect.cases, crossed, [])
+    followed = followup_cv(collect.cases, crossed, [], default_weight=0.5)
     label, metrics = followed.rows[0]
     assert label == "default + lookups at weight 0.5"
     summary = report.summary["all+followup"]
