@@ -24,7 +24,7 @@ from rank_bm25 import BM25Okapi
 
 from shared.core.domain import Candidate, Chunk, ChunkHit, ErrorEvent
 from shared.devtools.calibration import suggest_threshold
-from shared.devtools.followup import LOOKUP_WEIGHT, Lookups, run_lookups, simulated_followup
+from shared.devtools.followup import LOOKUP_WEIGHT, Lookups, run_lookups, with_lookups
 from shared.index.chunking import CHUNKER_VERSION, chunk_file, defined_names, embedding_text
 from shared.index.reindex import IndexReport, collect
 from shared.index.tokens import tokenize
@@ -364,13 +364,14 @@ def _ranked(
     ranked = [c.path for c in candidates]
     if not mode.endswith(FOLLOWUP_SUFFIX):
         return candidates, ranked, {}, None
-    followed = simulated_followup(
+    got = run_lookups(
         at.corpus, at.event, at.query, candidates, at.index,
-        shown=shown, rounds=rounds, budget=budget, rrf_k=rrf_k, prior=at.prior, weight=weight,
+        shown=shown, rounds=rounds, budget=budget, prior=at.prior,
     )  # fmt: skip
-    seen = [*ranked[:shown], *followed.found]
-    extra = {"lookups": followed.lookups, "looked_up_files": followed.found[:20]}
-    return candidates, followed.ranked, extra, recall_at(seen, gold, len(seen))
+    seen = [*ranked[:shown], *got.found]
+    extra = {"lookups": got.calls, "looked_up_files": got.found[:20]}
+    followed = with_lookups(ranked, got.specific, weight=weight, rrf_k=rrf_k)
+    return candidates, followed, extra, recall_at(seen, gold, len(seen))
 
 
 def _add_seen(report: EvalReport, seen_by_mode: dict[str, list[float | None]]) -> None:

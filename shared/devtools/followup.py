@@ -44,13 +44,6 @@ class Lookups:
     calls: list[str]
 
 
-@dataclass(frozen=True)
-class FollowUp:
-    ranked: list[str]  # files, retrieval's order fused with the definitions and frames read
-    found: list[str]  # files every lookup returned (searches too), in the order they came
-    lookups: list[str]
-
-
 def _defines(candidates: Sequence[Candidate], name: str) -> bool:
     pattern = re.compile(rf"\b(?:def|class|func|function)\s+{re.escape(name)}\b")
     return any(pattern.search(h.text) for c in candidates for h in c.chunks)
@@ -126,26 +119,3 @@ def with_lookups(
         for rank, path in enumerate(ranking, start=1):
             score[path] = score.get(path, 0.0) + w / (rrf_k + rank)
     return sorted(score, key=lambda p: -score[p])
-
-
-def simulated_followup(
-    repo: str,
-    event: ErrorEvent,
-    query: str,
-    candidates: Sequence[Candidate],
-    index: CodeIndex,
-    *,
-    shown: int = 5,
-    rounds: int = 3,
-    budget: int = 6000,
-    rrf_k: int = 60,
-    prior: Callable[[str], float] | None = None,
-    weight: float = LOOKUP_WEIGHT,
-) -> FollowUp:
-    """Retrieval's files re-ranked with what the stand-in model's lookups found."""
-    got = run_lookups(
-        repo, event, query, candidates, index, shown=shown, rounds=rounds, budget=budget,
-        prior=prior,
-    )  # fmt: skip
-    ranked = with_lookups([c.path for c in candidates], got.specific, weight=weight, rrf_k=rrf_k)
-    return FollowUp(ranked, got.found, got.calls)
