@@ -693,9 +693,10 @@ def eval_(
             settings.candidate_depth,
         )  # fmt: skip
         out.print(render_cv(crossed))
-        out.print(f"chosen on every case: {crossed.in_sample}", highlight=False)
-        for repo, label in crossed.chosen.items():
-            out.print(f"held out {repo} ({crossed.repos[repo]} cases): {label}", highlight=False)
+        out.print(f"chosen on every case: {crossed.in_sample.label()}", highlight=False)
+        for repo, chosen in crossed.chosen.items():
+            n = crossed.repos[repo]
+            out.print(f"held out {repo} ({n} cases): {chosen.label()}", highlight=False)
         if collector.followup:
             followed = followup_cv(collector.cases, crossed, settings.demote_paths)
             out.print(render_cv(crossed, followed.rows, "all+followup"))

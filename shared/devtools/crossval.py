@@ -206,13 +206,11 @@ def _best(metrics: list[list[Metrics]], picked: Sequence[int]) -> int:
 @dataclass
 class CvReport:
     rows: list[tuple[str, Metrics]]  # label, mean metrics over every case
-    chosen: dict[str, str]  # held-out repo -> the setting chosen on the others
-    in_sample: str  # the setting chosen on every case
+    chosen: dict[str, Setting]  # held-out repo -> the setting chosen on the others
+    in_sample: Setting  # the setting chosen on every case
+    default: Setting
     cases: int
     repos: dict[str, int]
-    default: Setting | None = None
-    in_sample_setting: Setting | None = None
-    chosen_settings: dict[str, Setting] = field(default_factory=dict)
 
 
 def leave_one_repo_out(
@@ -231,12 +229,10 @@ def leave_one_repo_out(
     repos = _by_repo(cases)
     held_out: list[Metrics] = [()] * len(cases)
     chosen = {}
-    chosen_settings = {}
     for repo, own in repos.items():
         others = [j for j in everyone if j not in set(own)]
         best = _best(metrics, others)
-        chosen[repo] = settings[best].label()
-        chosen_settings[repo] = settings[best]
+        chosen[repo] = settings[best]
         for j in own:
             held_out[j] = metrics[best][j]
     best_all = _best(metrics, everyone)
@@ -251,12 +247,10 @@ def leave_one_repo_out(
     return CvReport(
         rows=rows,
         chosen=chosen,
-        in_sample=settings[best_all].label(),
+        in_sample=settings[best_all],
+        default=default,
         cases=len(cases),
         repos={r: len(js) for r, js in repos.items()},
-        default=default,
-        in_sample_setting=settings[best_all],
-        chosen_settings=chosen_settings,
     )
 
 
@@ -286,12 +280,11 @@ def followup_cv(
     chosen on the others under that setting; its own cases scored with both. The lookups run
     once per case and setting (retrieval's first files decide them), on the pipeline's
     ``fuse``; only their weight is re-fused."""
-    assert report.default and report.in_sample_setting, "report from leave_one_repo_out"
     if any(c.follow is None for c in cases):
         raise ValueError("cases were collected without their lookups (Collector(followup=True))")
     if default_weight not in weights:
         weights = (*weights, default_weight)
-    wanted = {report.default, report.in_sample_setting, *report.chosen_settings.values()}
+    wanted = {report.default, report.in_sample, *report.chosen.values()}
     # metrics[setting][weight index][case]
     metrics: dict[Setting, list[list[Metrics]]] = {}
     for s in wanted:
@@ -310,13 +303,13 @@ def followup_cv(
     held_out: list[Metrics] = [()] * len(cases)
     chosen = {}
     for repo, own in _by_repo(cases).items():
-        s = report.chosen_settings[repo]
+        s = report.chosen[repo]
         others = [j for j in everyone if j not in set(own)]
         best = _best(metrics[s], others)
         chosen[repo] = weights[best]
         for j in own:
             held_out[j] = metrics[s][best][j]
-    best_all = _best(metrics[report.in_sample_setting], everyone)
+    best_all = _best(metrics[report.in_sample], everyone)
     rows = [
         (
             f"default + lookups at weight {default_weight:g}",
@@ -324,7 +317,7 @@ def followup_cv(
         ),
         (
             f"in-sample: setting and weight ({weights[best_all]:g}) chosen on every case",
-            _mean(metrics[report.in_sample_setting][best_all]),
+            _mean(metrics[report.in_sample][best_all]),
         ),
         ("cross-validated: leave one repo out", _mean(held_out)),
     ]

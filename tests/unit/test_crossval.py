@@ -40,7 +40,7 @@ def test_a_repository_whose_cases_want_other_constants_scores_lower_held_out() -
     assert report.repos == {"alpha": 3, "beta": 1}
     assert rows["in-sample: chosen on every case"][r1] == 0.75  # alpha's three, not beta
     assert rows["cross-validated: leave one repo out"][r1] < 0.75
-    assert "bm25 2" in report.chosen["beta"]  # chosen on alpha: BM25 counts double
+    assert "bm25 2" in report.chosen["beta"].label()  # chosen on alpha: BM25 counts double
     assert rows["bm25 alone"][r1] == 0.75 and rows["vector alone"][r1] == 0.25
 
 
@@ -59,7 +59,7 @@ def test_a_shallower_depth_is_the_rankings_cut_short_and_a_cap_swaps_the_symbols
     assert len(at100["vector"]) == 100 and [h.path for h in at100["symbols"]] == ["s5.py", "s10.py"]
     # The fix is 61st in both retrievers: only the settings 100 deep can find it at all.
     report = leave_one_repo_out(collect.cases, Fusion(), [], 1.0)
-    assert "depth 100" in report.in_sample
+    assert "depth 100" in report.in_sample.label()
     assert dict(report.rows)["default (what the pipeline runs)"][-1] == 0.0  # 50 deep
 
 
