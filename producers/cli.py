@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import typer
 from pydantic import ValidationError
@@ -19,6 +19,9 @@ from shared.core import logs, queues
 from shared.core.errors import PermanentError
 from shared.core.settings import Settings, invalid_settings
 from shared.devtools import stackfile
+
+if TYPE_CHECKING:
+    from shared.devtools.crossval import Collector
 
 cli = typer.Typer(
     add_completion=False,
@@ -548,6 +551,38 @@ def _reranker(settings: Settings) -> Any:
     )
 
 
+def _print_cv(
+    settings: Settings, collector: Collector, summary: dict[str, Any], json_out: Path | None
+) -> None:
+    """The leave-one-repo-out tables (fusion, each repository, the follow-up mode); the JSON
+    with every case's held-out scores if asked."""
+    from shared.devtools.crossval import cv_json, followup_cv, leave_one_repo_out, render_repos
+    from shared.devtools.crossval import render as render_cv
+    from shared.retrieve.hybrid import Fusion
+
+    base = Fusion(rrf_k=settings.rrf_k)
+    crossed = leave_one_repo_out(
+        collector.cases, base, settings.demote_paths, settings.demote_weight,
+        settings.candidate_depth,
+    )  # fmt: skip
+    out.print(render_cv(crossed))
+    out.print(f"chosen on every case: {crossed.in_sample.label()}", highlight=False)
+    out.print(render_repos(crossed, [c.repo for c in collector.cases]))
+    for repo, chosen in crossed.chosen.items():
+        n = crossed.repos[repo]
+        out.print(f"held out {repo} ({n} cases): {chosen.label()}", highlight=False)
+    if collector.followup:
+        followed = followup_cv(collector.cases, crossed, settings.demote_paths)
+        out.print(render_cv(crossed, followed.rows, "all+followup"))
+        weights = ", ".join(f"{r} {w:g}" for r, w in followed.chosen.items())
+        out.print(f"lookup weight chosen with each repository held out: {weights}")
+    if json_out:
+        summary = summary | {"cv": cv_json(crossed, collector.cases)}
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(summary, indent=1), "utf-8")
+        err.print(f"wrote {json_out}", highlight=False)
+
+
 @cli.command("eval")
 def eval_(
     cases: Annotated[
@@ -602,14 +637,7 @@ def eval_(
     ] = None,
 ) -> None:
     """Measure retrieval on bug-localization cases: file-level Recall@1/3/5/10 and MRR per mode."""
-    from shared.devtools.crossval import (
-        DEPTHS,
-        SYMBOL_CAPS,
-        Collector,
-        followup_cv,
-        leave_one_repo_out,
-    )
-    from shared.devtools.crossval import render as render_cv
+    from shared.devtools.crossval import DEPTHS, SYMBOL_CAPS, Collector
     from shared.devtools.eval import (
         BASE_MODES,
         FOLLOWUP_SUFFIX,
@@ -621,7 +649,6 @@ def eval_(
         make_embedder,
         run_eval,
     )
-    from shared.retrieve.hybrid import Fusion
     from shared.retrieve.priors import PathPrior
 
     settings = load_settings()
@@ -685,23 +712,9 @@ def eval_(
         raise typer.Exit(2) from exc
     finally:
         cache.close()
-    _print_report(report, json_out)
+    _print_report(report, None if cv else json_out)
     if cv:
-        base = Fusion(rrf_k=settings.rrf_k)
-        crossed = leave_one_repo_out(
-            collector.cases, base, settings.demote_paths, settings.demote_weight,
-            settings.candidate_depth,
-        )  # fmt: skip
-        out.print(render_cv(crossed))
-        out.print(f"chosen on every case: {crossed.in_sample.label()}", highlight=False)
-        for repo, chosen in crossed.chosen.items():
-            n = crossed.repos[repo]
-            out.print(f"held out {repo} ({n} cases): {chosen.label()}", highlight=False)
-        if collector.followup:
-            followed = followup_cv(collector.cases, crossed, settings.demote_paths)
-            out.print(render_cv(crossed, followed.rows, "all+followup"))
-            weights = ", ".join(f"{r} {w:g}" for r, w in followed.chosen.items())
-            out.print(f"lookup weight chosen with each repository held out: {weights}")
+        _print_cv(settings, collector, report.to_json(), json_out)
 
 
 @cli.command()

@@ -153,3 +153,43 @@ def test_a_collector_without_lookups_refuses_the_follow_up_cross_validation() ->
     report = leave_one_repo_out(collect.cases, Fusion(), [], 1.0)
     with pytest.raises(ValueError, match="without their lookups"):
         followup_cv(collect.cases, report, [])
+
+
+def test_each_choice_rule_prefers_its_own_metric() -> None:
+    """Setting 0 puts the fix second in every case; setting 1 puts it first in half the cases
+    and seventh in the rest. Recall@5 prefers the steady one, MRR the other; the mean of every
+    metric prefers the steady one too (0.70 against 0.61)."""
+    from shared.devtools.crossval import _best
+
+    steady = (0.0, 1.0, 1.0, 1.0, 0.5)
+    first, seventh = (1.0, 1.0, 1.0, 1.0, 1.0), (0.0, 0.0, 0.0, 1.0, 1 / 7)
+    metrics = [[steady, steady], [first, seventh]]
+    assert _best(metrics, [0, 1], "r5") == 0
+    assert _best(metrics, [0, 1], "mrr") == 1
+    assert _best(metrics, [0, 1], "mean") == 0
+    assert _best(metrics, [0], "r5") == 1  # on the first case alone both reach R@5; MRR decides
+
+
+def test_every_rule_is_cross_validated_and_each_case_keeps_its_held_out_score() -> None:
+    collect = Collector()
+    for n in range(3):
+        collect(
+            Case(id=f"a{n}", corpus="alpha-1.0", query="", gold=("fix.py",)),
+            [("vector", hits("x.py", "y.py", "fix.py")), ("bm25", hits("fix.py", "x.py"))],
+        )
+    collect(
+        Case(id="b0", corpus="beta-2.0", query="", gold=("fix.py",)),
+        [("vector", hits("fix.py", "x.py")), ("bm25", hits("x.py", "y.py", "fix.py"))],
+    )
+    report = leave_one_repo_out(collect.cases, Fusion(), [], 1.0)
+    assert set(report.held_out) == {"r5", "mrr", "mean"}
+    rows = dict(report.rows)
+    assert rows["cross-validated, chosen by mrr"][0] == pytest.approx(
+        sum(m[0] for m in report.held_out["mrr"]) / 4
+    )
+    # beta's only case, held out, is ranked by what alpha prefers (BM25 counts double): BM25's
+    # first file, which the vectors also found, outranks the vectors' first, the fix
+    assert report.held_out["r5"][3][-1] == pytest.approx(1 / 2)
+    by_repo = {repo: (n, held) for repo, n, held, _ in report.by_repo(["alpha"] * 3 + ["beta"])}
+    assert by_repo["beta"] == (1, report.held_out["r5"][3])
+    assert by_repo["alpha"][0] == 3

@@ -257,6 +257,41 @@ def test_cli_eval_reads_several_case_files_and_refuses_an_id_in_two(
     assert twice.exit_code == 2 and "case ids in more than one place: t-1" in twice.output
 
 
+def test_cli_cross_validation_reports_each_repository_and_writes_each_held_out_case(
+    tmp_path: Path, corpora: Path
+) -> None:
+    """Two repositories; the default setting of the cross-validation is what mode ``all``
+    ranked, and every case's held-out score under each rule lands in the JSON."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from producers.cli import cli
+
+    shutil.copytree(corpora / "shop-1.0", corpora / "store-2.0")
+    rows = [json.loads(line) for line in cases_file(tmp_path).read_text().splitlines()][:2]
+    rows += [r | {"id": "s-" + r["id"], "pypi_name": "store", "pypi_version": "2.0"} for r in rows]
+    cases = tmp_path / "two.jsonl"
+    cases.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "out.json"
+    args = ["eval", "--cases", str(cases), "--corpora", str(corpora), "--cv", "repo"]
+    args += ["--cache-dir", str(tmp_path / "c"), "--modes", "bm25", "--json", str(out)]
+    done = CliRunner().invoke(cli, args, env={"TRACEHOUND_RERANK_BACKEND": "none"})
+    assert done.exit_code == 0, done.output
+    assert "each repository held out" in done.output and "held out store (2 cases)" in done.output
+    written = json.loads(out.read_text())
+    cv = written["cv"]
+    assert cv["rule"] == "r5" and set(cv["chosen"]) == {"shop", "store"}
+    assert cv["rows"]["default (what the pipeline runs)"] == pytest.approx(
+        {k: v for k, v in written["summary"]["all"].items() if k != "cases"}
+    )
+    assert [c["id"] for c in cv["cases"]] == ["t-1", "t-2", "s-t-1", "s-t-2"]
+    assert all(set(c["held_out"]) == {"r5", "mrr", "mean"} for c in cv["cases"])
+    by_id = {c["id"]: c for c in written["cases"]}
+    for c in cv["cases"]:
+        assert c["default"]["mrr"] == pytest.approx(by_id[c["id"]]["modes"]["all"]["rr"])
+
+
 def test_the_follow_up_cross_validation_reproduces_the_follow_up_mode(
     tmp_path: Path, corpora: Path
 ) -> None:
