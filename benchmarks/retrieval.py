@@ -6,7 +6,9 @@ The cases are the bench's (../shared/bench/cases-dev.jsonl) and the mined ones
 (benchmarks/cases/cases-mined.jsonl); CORPORA_DIR defaults to ~/tracehound-corpora (built
 for both files by ../shared/bench/fetch_corpus.py). It prints every mode's table, then the
 leave-one-repo-out tables of the fusion and of the follow-up mode (``--no-cv``: only the
-first). The real local model (the ``eval`` extra: all-MiniLM-L6-v2) is used when installed,
+first). ``--fresh FILE`` adds a batch of cases nobody has tuned on and then prints how each
+choice rule's held-out folds score on that batch alone (benchmarks/cases/README.md). The real
+local model (the ``eval`` extra: all-MiniLM-L6-v2) is used when installed,
 else the simulator's hashed embeddings; the table's title says which. Chunk vectors are
 cached (``--cache-dir``, default .tracehound/eval-cache), so a second run only embeds the
 queries.
@@ -44,6 +46,7 @@ def main() -> int:
     parser.add_argument("--modes", default=MODES)
     parser.add_argument("--no-cv", action="store_true", help="skip leave-one-repo-out")
     parser.add_argument("--cache-dir", help="chunk-embedding cache")
+    parser.add_argument("--fresh", help="a batch of unseen cases: join it, score the rules on it")
     args = parser.parse_args()
     print(
         f"embedder: {args.embedder}"
@@ -53,7 +56,7 @@ def main() -> int:
     )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     argv = ["eval"]
-    for cases in args.cases or [str(c) for c in CASES]:
+    for cases in [*(args.cases or [str(c) for c in CASES]), *([args.fresh] if args.fresh else [])]:
         argv += ["--cases", cases]
     argv += [
         "--corpora",
@@ -76,7 +79,35 @@ def main() -> int:
     from producers.cli import cli
 
     cli(argv, standalone_mode=False)
+    if args.fresh and not args.no_cv:
+        print_fresh(Path(args.json), Path(args.fresh))
     return 0
+
+
+def print_fresh(results: Path, fresh: Path) -> None:
+    """Each choice rule's held-out scores, and the default's, on the fresh batch's cases."""
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    ids = {json.loads(line)["id"] for line in fresh.read_text("utf-8").splitlines() if line}
+    cv = json.loads(results.read_text("utf-8"))["cv"]
+    rows = [c for c in cv["cases"] if c["id"] in ids]
+    names = list(rows[0]["default"]) if rows else []
+    table = Table(title=f"the fresh batch ({len(rows)} cases), each in the fold holding it out")
+    table.add_column("choice rule")
+    for name in names:
+        table.add_column(name.replace("recall", "R"), justify="right")
+
+    def mean(scores: list[dict[str, float]]) -> list[str]:
+        return [f"{sum(s[n] for s in scores) / len(scores):.3f}" for n in names]
+
+    for rule in rows[0]["held_out"] if rows else []:
+        table.add_row(rule, *mean([c["held_out"][rule] for c in rows]))
+    if rows:
+        table.add_row("default (chosen before the batch)", *mean([c["default"] for c in rows]))
+    Console().print(table)
 
 
 if __name__ == "__main__":

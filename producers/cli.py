@@ -570,7 +570,8 @@ def _print_cv(
     out.print(render_repos(crossed, [c.repo for c in collector.cases]))
     for repo, chosen in crossed.chosen.items():
         n = crossed.repos[repo]
-        out.print(f"held out {repo} ({n} cases): {chosen.label()}", highlight=False)
+        cases = f"{n} case{'s' if n != 1 else ''}"
+        out.print(f"held out {repo} ({cases}): {chosen.label()}", highlight=False)
     if collector.followup:
         followed = followup_cv(collector.cases, crossed, settings.demote_paths)
         out.print(render_cv(crossed, followed.rows, "all+followup"))
