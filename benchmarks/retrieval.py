@@ -85,14 +85,32 @@ def main() -> int:
 
 
 def print_fresh(results: Path, fresh: Path) -> None:
-    """Each choice rule's held-out scores, and the default's, on the fresh batch's cases."""
+    """The fresh batch's cases alone: every mode with the defaults, then each choice rule's
+    held-out scores beside the default's."""
     import json
 
     from rich.console import Console
     from rich.table import Table
 
+    from shared.devtools.eval import KS, recall_at
+
     ids = {json.loads(line)["id"] for line in fresh.read_text("utf-8").splitlines() if line}
-    cv = json.loads(results.read_text("utf-8"))["cv"]
+    results_json = json.loads(results.read_text("utf-8"))
+    cases = [c for c in results_json["cases"] if c["id"] in ids]
+    by_mode = Table(title=f"the fresh batch ({len(cases)} cases), scored with the defaults")
+    by_mode.add_column("mode")
+    for k in KS:
+        by_mode.add_column(f"R@{k}", justify="right")
+    by_mode.add_column("MRR", justify="right")
+    for mode in results_json["modes"]:
+        ranked = [(c["modes"][mode], c["gold"]) for c in cases if mode in c["modes"]]
+        if not ranked:
+            continue
+        cells = [sum(recall_at(m["files"], g, k) for m, g in ranked) / len(ranked) for k in KS]
+        cells.append(sum(m["rr"] for m, _ in ranked) / len(ranked))
+        by_mode.add_row(mode, *(f"{v:.3f}" for v in cells))
+    Console().print(by_mode)
+    cv = results_json["cv"]
     rows = [c for c in cv["cases"] if c["id"] in ids]
     names = list(rows[0]["default"]) if rows else []
     table = Table(title=f"the fresh batch ({len(rows)} cases), each in the fold holding it out")
