@@ -19,11 +19,9 @@ def hits(*paths: str) -> list[ChunkHit]:
     ]
 
 
-def test_a_repository_whose_cases_want_other_constants_scores_lower_held_out() -> None:
-    """In 'alpha' BM25 finds the fix and the vectors do not; in 'beta' it is the other way
-    round, and alpha has more cases. Chosen on every case, one weighting serves alpha and
-    loses beta; held out, beta is scored with what alpha prefers, and alpha with what beta
-    prefers — so the cross-validated recall is below the in-sample one."""
+def alpha_and_beta() -> Collector:
+    """Three cases of 'alpha' where BM25 finds the fix and the vectors do not, one of 'beta'
+    where it is the other way round."""
     collect = Collector()
     for n in range(3):
         collect(
@@ -34,6 +32,14 @@ def test_a_repository_whose_cases_want_other_constants_scores_lower_held_out() -
         Case(id="b0", corpus="beta-2.0", query="", gold=("fix.py",)),
         [("vector", hits("fix.py", "x.py")), ("bm25", hits("x.py", "y.py", "fix.py"))],
     )
+    return collect
+
+
+def test_a_repository_whose_cases_want_other_constants_scores_lower_held_out() -> None:
+    """alpha_and_beta: alpha has more cases. Chosen on every case, one weighting serves alpha and
+    loses beta; held out, beta is scored with what alpha prefers, and alpha with what beta
+    prefers — so the cross-validated recall is below the in-sample one."""
+    collect = alpha_and_beta()
     report = leave_one_repo_out(collect.cases, Fusion(), [], 1.0)
     rows = dict(report.rows)
     r1 = 0  # Recall@1 is the first column
@@ -171,16 +177,7 @@ def test_each_choice_rule_prefers_its_own_metric() -> None:
 
 
 def test_every_rule_is_cross_validated_and_each_case_keeps_its_held_out_score() -> None:
-    collect = Collector()
-    for n in range(3):
-        collect(
-            Case(id=f"a{n}", corpus="alpha-1.0", query="", gold=("fix.py",)),
-            [("vector", hits("x.py", "y.py", "fix.py")), ("bm25", hits("fix.py", "x.py"))],
-        )
-    collect(
-        Case(id="b0", corpus="beta-2.0", query="", gold=("fix.py",)),
-        [("vector", hits("fix.py", "x.py")), ("bm25", hits("x.py", "y.py", "fix.py"))],
-    )
+    collect = alpha_and_beta()
     report = leave_one_repo_out(collect.cases, Fusion(), [], 1.0)
     assert set(report.held_out) == {"r5", "mrr", "mean"}
     rows = dict(report.rows)
