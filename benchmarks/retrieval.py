@@ -3,15 +3,15 @@
     python benchmarks/retrieval.py [CORPORA_DIR] [--json OUT] [--limit N] [--embedder NAME]
 
 The cases are the bench's (../shared/bench/cases-dev.jsonl) and the mined ones
-(benchmarks/cases/cases-mined.jsonl); CORPORA_DIR defaults to ~/tracehound-corpora (built
-for both files by ../shared/bench/fetch_corpus.py). It prints every mode's table, then the
-leave-one-repo-out tables of the fusion and of the follow-up mode (``--no-cv``: only the
-first). ``--fresh FILE`` adds a batch of cases nobody has tuned on and then prints how each
-choice rule's held-out folds score on that batch alone (benchmarks/cases/README.md). The real
-local model (the ``eval`` extra: all-MiniLM-L6-v2) is used when installed,
-else the simulator's hashed embeddings; the table's title says which. Chunk vectors are
-cached (``--cache-dir``, default .tracehound/eval-cache), so a second run only embeds the
-queries.
+(benchmarks/cases/cases-mined.jsonl and cases-mined-2.jsonl); CORPORA_DIR defaults to
+~/tracehound-corpora (built for each file by ../shared/bench/fetch_corpus.py). It prints
+every mode's table, then the leave-one-repo-out tables of the fusion and of the follow-up mode
+(``--no-cv``: only the first). ``--fresh FILE`` adds a batch of cases nobody has tuned on and
+then prints how each choice rule's held-out folds score on that batch alone
+(benchmarks/cases/README.md). The real local model (the ``eval`` extra: all-MiniLM-L6-v2) is
+used when installed, else the simulator's hashed embeddings; the table's title says which.
+Chunk vectors are cached (``--cache-dir``, default .tracehound/eval-cache), so a second run
+only embeds the queries.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ HERE = Path(__file__).resolve().parent
 CASES = [
     HERE.parent.parent / "shared" / "bench" / "cases-dev.jsonl",
     HERE / "cases" / "cases-mined.jsonl",
+    HERE / "cases" / "cases-mined-2.jsonl",
 ]
 MODES = "vector,bm25,frames,symbols,hybrid,hybrid+frames,all,all+followup"
 

@@ -281,7 +281,7 @@ def test_cli_cross_validation_reports_each_repository_and_writes_each_held_out_c
     assert "each repository held out" in done.output and "held out store (2 cases)" in done.output
     written = json.loads(out.read_text())
     cv = written["cv"]
-    assert cv["rule"] == "r5" and set(cv["chosen"]) == {"shop", "store"}
+    assert cv["rule"] == "mean" and set(cv["chosen"]) == {"shop", "store"}
     assert cv["rows"]["default (what the pipeline runs)"] == pytest.approx(
         {k: v for k, v in written["summary"]["all"].items() if k != "cases"}
     )
