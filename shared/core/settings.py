@@ -127,8 +127,8 @@ class Settings(BaseSettings):
     )
 
     # --- retrieval ---
-    # 100 (from 50): the leave-one-repo-out choice in every fold on 76 dev cases (README,
-    # *Cross-validated*; on 85 the optimum is flat and one fold of 17 chose 50).
+    # 100 (from 50): the leave-one-repo-out choice in every fold on 76 dev cases, and the
+    # choice on all 112 (README, *Cross-validated*).
     candidate_depth: int = Field(100, ge=1, le=1000)
     top_k: int = Field(5, ge=1, le=50)
     rrf_k: int = Field(60, ge=1)

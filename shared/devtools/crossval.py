@@ -41,7 +41,7 @@ GRID: dict[str, tuple[float, ...]] = {
 }
 PRIOR_WEIGHTS = (0.15, 0.3, 1.0)  # 1.0: no prior
 DEPTHS = (20, 50, 100)  # candidates per retriever (TRACEHOUND_CANDIDATE_DEPTH)
-SYMBOL_CAPS = (2, MAX_DEFINITIONS, 10)  # a name defined in more places is ignored
+SYMBOL_CAPS = (2, 5, 10)  # a name defined in more places is ignored (MAX_DEFINITIONS)
 DEPTH_BOUND = frozenset({"vector", "bm25"})  # the rankings candidate depth cuts
 SINGLE_SIGNALS = ("vector", "bm25", "frames", "symbols")
 # The lookups' weight against one retriever in the follow-up mode (0: they only count as seen).

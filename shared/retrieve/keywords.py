@@ -28,8 +28,9 @@ class KeywordIndex(Protocol):
 
 
 # A name defined in more places than this says little about which one failed (``__init__``,
-# ``fit``, ``run``); it is left to the other signals.
-MAX_DEFINITIONS = 5
+# ``fit``, ``run``); it is left to the other signals. 2 (from 5) is the leave-one-repo-out
+# rule's choice on 112 dev cases (README, *Cross-validated*).
+MAX_DEFINITIONS = 2
 
 
 class SymbolTable(Protocol):

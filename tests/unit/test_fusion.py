@@ -89,7 +89,7 @@ def test_no_rankings_give_no_hits() -> None:
     assert reciprocal_rank_fusion([[], []]) == []
 
 
-def test_files_score_their_best_chunks_each_counting_half_the_one_before() -> None:
+def test_files_score_their_best_chunks_each_counting_less_than_the_one_before() -> None:
     fused = [
         hit("o1", "orders.py", 0.05),
         hit("p1", "payments.py", 0.04),
@@ -97,11 +97,11 @@ def test_files_score_their_best_chunks_each_counting_half_the_one_before() -> No
         hit("u1", "users.py", 0.02),
         hit("p2", "payments.py", 0.01),
     ]
-    groups = group_by_file(fused, decay=0.5)
+    groups = group_by_file(fused)  # FILE_DECAY 0.5: a second chunk counts half the first
     assert [c.path for c in groups] == ["orders.py", "payments.py", "users.py"]
     assert [c.score for c in groups] == pytest.approx([0.065, 0.045, 0.02])
-    default = group_by_file(fused)  # FILE_DECAY 0.3: a second chunk counts 0.3 of the first
-    assert [c.score for c in default] == pytest.approx([0.059, 0.043, 0.02])
+    steeper = group_by_file(fused, decay=0.3)
+    assert [c.score for c in steeper] == pytest.approx([0.059, 0.043, 0.02])
     assert [ids(c.chunks) for c in groups] == [["o1", "o2"], ["p1", "p2"], ["u1"]]
 
 
