@@ -68,6 +68,7 @@ class Clients:
         for name in built:
             getattr(self, name)
         try:
+            redisconn.ping_once(self.settings.redis_url)  # down: one attempt, not 15 s of retries
             self.redis.ping()
             if "vectors" in built:
                 self.vectors.connect()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
 RETRIES = 10
@@ -34,3 +34,18 @@ def client(url: str, **kwargs: Any) -> redis.Redis:
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
         **kwargs,
     )
+
+
+def ping_once(url: str, timeout: float = 2.0) -> None:
+    """One PING on a fresh connection, not retried: raises at once when Redis is down, where
+    ``client``'s retries would wait about 15 s first."""
+    probe = redis.Redis.from_url(
+        url,
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+    )
+    try:
+        probe.ping()
+    finally:
+        probe.close()
