@@ -567,7 +567,7 @@ def _print_cv(
     )  # fmt: skip
     out.print(render_cv(crossed))
     out.print(f"chosen on every case: {crossed.in_sample.label()}", highlight=False)
-    out.print(render_repos(crossed, [c.repo for c in collector.cases]))
+    out.print(render_repos(crossed))
     for repo, chosen in crossed.chosen.items():
         n = crossed.repos[repo]
         cases = f"{n} case{'s' if n != 1 else ''}"

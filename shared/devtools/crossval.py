@@ -225,20 +225,27 @@ class CvReport:
     in_sample: Setting  # the setting chosen on every case
     default: Setting
     cases: int
-    repos: dict[str, int]
+    members: dict[str, list[int]]  # repo -> the indices of its cases
     # rule -> each case's metrics as scored in the fold that holds out its repository
     held_out: dict[str, list[Metrics]] = field(default_factory=dict)
     default_scores: list[Metrics] = field(default_factory=list)  # each case's, with the default
     rule: str = RULE
 
-    def by_repo(self, case_repos: Sequence[str]) -> list[tuple[str, int, Metrics, Metrics]]:
+    @property
+    def repos(self) -> dict[str, int]:
+        return {repo: len(own) for repo, own in self.members.items()}
+
+    def by_repo(self) -> list[tuple[str, int, Metrics, Metrics]]:
         """Per repository: cases, held-out mean (``rule``) and the default's mean."""
-        out = []
-        for repo, n in self.repos.items():
-            own = [j for j, r in enumerate(case_repos) if r == repo]
-            held = _mean([self.held_out[self.rule][j] for j in own])
-            out.append((repo, n, held, _mean([self.default_scores[j] for j in own])))
-        return out
+        return [
+            (
+                repo,
+                len(own),
+                _mean([self.held_out[self.rule][j] for j in own]),
+                _mean([self.default_scores[j] for j in own]),
+            )
+            for repo, own in self.members.items()
+        ]
 
 
 def leave_one_repo_out(
@@ -256,13 +263,13 @@ def leave_one_repo_out(
     metrics = score(cases, settings, demote_paths)
     everyone = list(range(len(cases)))
     repos = _by_repo(cases)
+    folds = _folds(repos, len(cases))
     held_out: dict[str, list[Metrics]] = {}
     chosen: dict[str, Setting] = {}
     for name in (rule, *(r for r in RULES if r != rule)):
         scores: list[Metrics] = [()] * len(cases)
         for repo, own in repos.items():
-            others = [j for j in everyone if j not in set(own)]
-            best = _best(metrics, others, name)
+            best = _best(metrics, folds[repo], name)
             if name == rule:
                 chosen[repo] = settings[best]
             for j in own:
@@ -285,7 +292,7 @@ def leave_one_repo_out(
         in_sample=settings[best_all],
         default=default,
         cases=len(cases),
-        repos={r: len(js) for r, js in repos.items()},
+        members=repos,
         held_out=held_out,
         default_scores=list(defaults),
         rule=rule,
@@ -297,6 +304,15 @@ def _by_repo(cases: Sequence[Retrieved1]) -> dict[str, list[int]]:
     for j, c in enumerate(cases):
         repos.setdefault(c.repo, []).append(j)
     return repos
+
+
+def _folds(repos: Mapping[str, list[int]], n: int) -> dict[str, list[int]]:
+    """Each repository -> the indices of every other repository's cases (what it is chosen on)."""
+    folds = {}
+    for repo, own in repos.items():
+        mine = set(own)
+        folds[repo] = [j for j in range(n) if j not in mine]
+    return folds
 
 
 @dataclass
@@ -340,10 +356,10 @@ def followup_cv(
     everyone = list(range(len(cases)))
     held_out: list[Metrics] = [()] * len(cases)
     chosen = {}
-    for repo, own in _by_repo(cases).items():
+    folds = _folds(report.members, len(cases))
+    for repo, own in report.members.items():
         s = report.chosen[repo]
-        others = [j for j in everyone if j not in set(own)]
-        best = _best(metrics[s], others, report.rule)
+        best = _best(metrics[s], folds[repo], report.rule)
         chosen[repo] = weights[best]
         for j in own:
             held_out[j] = metrics[s][best][j]
@@ -379,7 +395,7 @@ def render(
     return table
 
 
-def render_repos(report: CvReport, case_repos: Sequence[str]) -> object:
+def render_repos(report: CvReport) -> object:
     """Each repository held out: what the chosen constants score on it, beside the default."""
     from rich.table import Table
 
@@ -389,7 +405,7 @@ def render_repos(report: CvReport, case_repos: Sequence[str]) -> object:
     for name in ("R@1", "R@5", "MRR", "default R@5", "default MRR"):
         table.add_column(name, justify="right")
     r1 = KS.index(1)
-    for repo, n, held, default in report.by_repo(case_repos):
+    for repo, n, held, default in report.by_repo():
         cells = (held[r1], held[_R5], held[-1], default[_R5], default[-1])
         table.add_row(repo, str(n), *(f"{v:.3f}" for v in cells))
     return table

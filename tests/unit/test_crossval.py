@@ -187,6 +187,6 @@ def test_every_rule_is_cross_validated_and_each_case_keeps_its_held_out_score() 
     # beta's only case, held out, is ranked by what alpha prefers (BM25 counts double): BM25's
     # first file, which the vectors also found, outranks the vectors' first, the fix
     assert report.held_out["r5"][3][-1] == pytest.approx(1 / 2)
-    by_repo = {repo: (n, held) for repo, n, held, _ in report.by_repo(["alpha"] * 3 + ["beta"])}
+    by_repo = {repo: (n, held) for repo, n, held, _ in report.by_repo()}
     assert by_repo["beta"] == (1, report.held_out[report.rule][3])
     assert by_repo["alpha"][0] == 3
