@@ -28,9 +28,24 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _code(text: str) -> str:
+def _code(text: str, limit: int) -> str:
+    """``text`` escaped in a code block of at most ``limit`` characters, fences included:
+    clipped inside the block, since escaping grows the text and a clip of the whole would cut
+    the closing fence off."""
     # A backtick run inside a code block would end it early.
-    return "```" + escape(text).replace("```", "ˋˋˋ") + "```"
+    body = escape(text).replace("```", "ˋˋˋ")
+    room = max(1, limit - 6)
+    if len(body) > room:
+        cut = room - 1
+        entity = body.rfind("&", max(0, cut - 4), cut)  # never half an "&amp;"
+        body = body[: entity if entity != -1 else cut] + "…"
+    return "```" + body + "```"
+
+
+def _code_section(title: str, text: str) -> dict[str, Any]:
+    """A section of a bold title and ``text`` as a code block, within Slack's limit."""
+    head = f"*{title}:*\n"
+    return _section(head + _code(text, SECTION_MAX - len(head)))
 
 
 def _section(text: str) -> dict[str, Any]:
@@ -207,12 +222,8 @@ def with_incident(
 def trace_reply(inv: Investigation, language: str = "en") -> str:
     """The trimmed stack trace as a thread reply (mrkdwn, escaped)."""
     lines = [ln for ln in inv.event.stacktrace.splitlines() if ln.strip()]
-    return _clip(
-        phrase(language, "trace", n=TRACE_LINES * 3)
-        + ":\n"
-        + _code("\n".join(lines[-TRACE_LINES * 3 :])),
-        SECTION_MAX,
-    )
+    head = _clip(phrase(language, "trace", n=TRACE_LINES * 3), 200) + ":\n"
+    return head + _code("\n".join(lines[-TRACE_LINES * 3 :]), SECTION_MAX - len(head))
 
 
 def release(inv: Investigation) -> str:
@@ -293,7 +304,7 @@ def build_message(
         blocks.append(_section(f"*{say('owners')}:* {opts.owners}"))
     if ev.message:
         # In a code block: text from logs renders literally (*bold*, _italic_, ~strike~ too).
-        blocks.append(_section(f"*{say('error')}:*\n{_code(_clip(ev.message, 500))}"))
+        blocks.append(_code_section(say("error"), _clip(ev.message, 500)))
     if a is not None:
         blocks.append(_section(f"*{say('summary')}:* {escape(a.summary)}"))
         if a.hypotheses:
@@ -322,9 +333,7 @@ def build_message(
     trace = "" if opts.trace_in_thread else _trace_tail(inv)
     if trace:
         blocks.append({"type": "divider"})
-        blocks.append(
-            _section(f"*{say('trace', n=TRACE_LINES)}:*\n{_code(_clip(trace, SECTION_MAX - 100))}")
-        )
+        blocks.append(_code_section(say("trace", n=TRACE_LINES), trace))
     footnotes = list(inv.notes)
     if a is not None and a.degraded:
         footnotes.append(say("degraded", reason=a.degraded_reason))

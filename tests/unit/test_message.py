@@ -17,7 +17,14 @@ from shared.core.domain import (
     Hypothesis,
     Investigation,
 )
-from shared.notify.message import MAX_BLOCKS, SECTION_MAX, MessageOptions, build_message, escape
+from shared.notify.message import (
+    MAX_BLOCKS,
+    SECTION_MAX,
+    MessageOptions,
+    build_message,
+    escape,
+    trace_reply,
+)
 from shared.notify.notifiers import plain, render_console
 
 MENTIONS = "<!channel> <!here> <@U123> <!subteam^S1|oncall> *bold* &amp; <https://evil|x>"
@@ -114,6 +121,22 @@ def test_candidate_paths_with_mentions_are_escaped_when_there_is_no_analysis() -
 
 
 # ------------------------------------------------------------------------- limits
+
+
+@pytest.mark.parametrize("unit", ["<>&" * 40, "a" * 120, "x & y < z > w " * 9])
+def test_a_long_trace_keeps_its_closing_fence_in_the_message_and_the_thread_reply(
+    unit: str,
+) -> None:
+    # Escaping grows "<" to "&lt;": clipping before escaping left sections over the limit,
+    # and Slack's clip of the whole cut off the closing ``` (the rest of the message read as
+    # code).
+    inv = Investigation(event=event(stacktrace="\n".join(unit for _ in range(12))))
+    _, blocks = build_message(inv)
+    [section] = [b for b in blocks if "```" in b.get("text", {}).get("text", "")][-1:]
+    for text in (section["text"]["text"], trace_reply(inv)):
+        assert len(text) <= SECTION_MAX
+        assert text.endswith("```") and text.count("```") == 2
+        assert re.search(r"&(?!amp;|lt;|gt;)", text) is None  # no half an escape
 
 
 def test_huge_analysis_stays_within_slack_limits() -> None:
