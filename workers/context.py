@@ -37,6 +37,7 @@ from shared.models.hosts import (
 )
 from shared.models.leased import LeasedChat, LeasedEmbedder, LeasedReranker
 from shared.models.reranker import HttpReranker, Reranker
+from shared.notify.channel_ids import ChannelIds
 from shared.notify.delivery import Courier, DeliveryPolicy
 from shared.notify.notifiers import (
     ConsoleNotifier,
@@ -284,6 +285,7 @@ class Clients:
                 s.slack_channel,
                 base_url=s.slack_base_url,
                 timeout=s.slack_timeout,
+                channel_ids=ChannelIds(self.redis),
             )
         if s.slack_webhook_url:
             return SlackWebhookNotifier(

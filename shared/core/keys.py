@@ -66,6 +66,15 @@ def replied(reply_key: str) -> str:
     return f"{PREFIX}replied:{_digest(reply_key)}"
 
 
+def claim_scan(claim_key: str) -> str:
+    """Where the lookup for a claimed post whose answer was lost has got to (a Slack window)."""
+    return f"{PREFIX}claim-scan:{_digest(claim_key)}"
+
+
+# Hash: a configured Slack channel name -> its ID (from conversations.list or a post's answer).
+SLACK_CHANNEL_IDS = f"{PREFIX}slack:channel-ids"
+
+
 def slack_pace(channel: str) -> str:
     """The channel's posting slot (Slack allows about one message per second per channel)."""
     return f"{PREFIX}slack:pace:{_digest(channel, 16)}"

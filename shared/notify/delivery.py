@@ -11,7 +11,9 @@ The notify tasks (workers/tasks/delivery.py) only unpack and call these function
   crash between Slack accepting a post and tracehound recording it never posts twice.
 - ``update_counts``: rewrite the count on a group's message, and at most one "still
   happening" thread reply per interval.
-- ``post_reply``: one thread reply, once per key.
+- ``post_reply``: one thread reply, once per key, under the same claim discipline as the
+  message (shared/notify/claims.py): a worker killed while Slack takes the reply never
+  leads to a second one.
 
 Exceptions tell the task what to do: ``Paced`` and ``ClaimHeld`` mean "come back shortly",
 ``MessageNotOut`` "come back after the interval", ``TransientError`` "retry with backoff".
@@ -19,7 +21,6 @@ Exceptions tell the task what to do: ``Paced`` and ``ClaimHeld`` mean "come back
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ from shared.core.domain import (
 from shared.core.errors import PermanentError, TransientError
 from shared.intake import incidents, triage
 from shared.intake.groups import GroupState, GroupStore
-from shared.notify import actions
+from shared.notify import actions, claims
+from shared.notify.claims import ClaimHeld
 from shared.notify.feedback import remember_case
 from shared.notify.message import (
     MAX_BLOCKS,
@@ -61,25 +63,11 @@ from shared.notify.routing import Route, Routing
 
 log = logging.getLogger(__name__)
 
-NOTIFIED_TTL = 7 * 24 * 3600  # how long a sent message's record answers a redelivered task
-POSTING = "posting:"  # the claim's value while a post is under way: "posting:<ms Redis time>"
-
-# Swap the claim from the value a run found to its own, only if nobody else did meanwhile.
-_TAKE_OVER = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
-  return 1
-end
-return 0
-"""
+NOTIFIED_TTL = claims.CLAIM_TTL  # how long a sent message's record answers a redelivered task
 
 
 class Paced(Exception):
     """The channel's posting slot is taken: try again in about a second."""
-
-
-class ClaimHeld(Exception):
-    """Another run of this delivery holds the claim: try again once it has resolved."""
 
 
 class MessageNotOut(Exception):
@@ -98,6 +86,9 @@ class DeliveryPolicy:
     min_relevance: float = 0.0
     language: str = "en"  # of the message's fixed strings (shared/notify/phrases.py)
     claim_ttl_s: int = 90  # a crashed run's claim frees the window after this
+    # A post that got no answer is looked for this long after giving up on it (Slack may
+    # still be taking it), then posted again only if it is not in the channel.
+    claim_settle_s: float = 10.0
     actions: bool = False  # buttons on the message (a Slack app receives them)
 
 
@@ -121,8 +112,11 @@ class Courier:
     refresh_incident_later: Callable[[str], object] | None = None
 
     def __post_init__(self) -> None:
-        self.take_over = self.r.register_script(_TAKE_OVER)
         self._routed: dict[str, Notifier] = {}
+
+    @property
+    def timing(self) -> claims.Timing:
+        return claims.Timing(self.policy.claim_ttl_s, self.policy.claim_settle_s)
 
     def notifier_in(self, channel: str | None) -> Notifier:
         """The notifier posting to ``channel`` (the default one for None, a webhook or the
@@ -263,36 +257,8 @@ def still_happening(count: int) -> str:
 # --- Redis-backed steps -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Claimed:
-    """This run may post (the claim is its own)."""
-
-
-@dataclass(frozen=True)
-class Posting:
-    """Another run claimed the delivery at ``since_ms`` and has not recorded a result."""
-
-    value: str
-    since_ms: int
-
-
-def claim(c: Courier, guard: str) -> Claimed | Posting | dict[str, Any]:
-    """Claim a delivery before posting: ``Claimed``; the earlier result when it was delivered
-    already; ``Posting`` while another run's post is unresolved."""
-    key = keys.notified(guard)
-    if c.r.set(key, f"{POSTING}{c.groups.now_ms()}", nx=True, ex=NOTIFIED_TTL):
-        return Claimed()
-    raw = c.r.get(key)
-    value = raw.decode() if isinstance(raw, bytes) else str(raw or "")
-    if value.startswith(POSTING):
-        return Posting(value, int(value[len(POSTING) :] or 0))
-    if not value:  # released between the two calls: try again shortly
-        raise ClaimHeld(guard)
-    return dict(json.loads(value))
-
-
 def _release(c: Courier, guard: str) -> None:
-    c.r.delete(keys.notified(guard))
+    claims.release(c.r, keys.notified(guard))
 
 
 def pace_key(c: Courier, channel: str | None) -> str:
@@ -329,9 +295,9 @@ def deliver(inv: Investigation, c: Courier) -> Notification:
     if inv.revises is not None:
         return _revise(inv, c)
     guard = claim_id(inv)
-    claimed = claim(c, guard)
-    if isinstance(claimed, dict):
-        return Notification.model_validate(claimed)
+    claimed = claims.take(c.r, keys.notified(guard), c.timing)
+    if isinstance(claimed, claims.Done):
+        return Notification.model_validate_json(claimed.value)
     group = inv.group
     if group is not None and (quiet := triage.muted(c.r, group.fingerprint)) is not None:
         return _muted(inv, c, guard, quiet)
@@ -371,31 +337,27 @@ def _send_once(
     c: Courier,
     aim: Target,
     guard: str,
-    claimed: Claimed | Posting,
+    claimed: claims.Claimed | claims.Pending | claims.Sent,
     text: str,
     blocks: list[dict[str, Any]],
     in_thread_of: str | None,
 ) -> Delivery:
     """Post under the claim — or find the post of a run that claimed it and died."""
-    if isinstance(claimed, Posting):
-        # A run claimed this and never recorded a result: it crashed, or its post timed out.
-        found = aim.notifier.find(guard, thread_ts=in_thread_of)
-        if found is not None:
-            return found
-        _take_over_if_stale(c, guard, claimed)
+    notifier = aim.notifier
     try:
-        take_slot(c.r, aim.channel, c.policy.pace_s)
-    except Paced:
-        _release(c, guard)  # nothing was sent
-        raise
-    try:
-        return aim.notifier.send(text, blocks, thread_ts=in_thread_of, claim=guard)
+        return claims.post_once(
+            c.r,
+            keys.notified(guard),
+            claimed,
+            notifier,
+            lambda: notifier.send(text, blocks, thread_ts=in_thread_of, claim=guard),
+            timing=c.timing,
+            tag=guard,
+            thread_ts=in_thread_of,
+            before_send=lambda: take_slot(c.r, aim.channel, c.policy.pace_s),
+        )
     except PermanentError as exc:
         return _keep_refused(inv, text, blocks, str(exc), c)
-    except TransientError as exc:
-        if not exc.maybe_done:
-            _release(c, guard)  # Slack answered with an error: it did not post
-        raise  # else the claim stays: the next run looks for the post before posting
 
 
 def _incident_posted(
@@ -449,9 +411,10 @@ def _revise(inv: Investigation, c: Courier) -> Notification:
     message rewritten in place (chat.update) with the new analysis, once."""
     assert inv.revises is not None
     guard = claim_id(inv) + ":revision"
-    claimed = claim(c, guard)
-    if isinstance(claimed, dict):
-        return Notification.model_validate(claimed)
+    # chat.update is safe to repeat: a run that meets another's claim rewrites too.
+    claimed = claims.take(c.r, keys.notified(guard), c.timing)
+    if isinstance(claimed, claims.Done):
+        return Notification.model_validate_json(claimed.value)
     group = inv.group
     state = c.groups.state(group.fingerprint) if group else None
     owners = target(c, inv).owners  # the rewrite keeps the mention (of the new top file)
@@ -476,16 +439,6 @@ def _revise(inv: Investigation, c: Courier) -> Notification:
 def claim_second_chance(r: redis.Redis, inv: Investigation) -> bool:
     """The one re-analysis of this message may start (SET NX on its claim)."""
     return bool(r.set(keys.second_chance(claim_id(inv)), "1", nx=True, ex=NOTIFIED_TTL))
-
-
-def _take_over_if_stale(c: Courier, guard: str, posting: Posting) -> None:
-    """Post in place of a run that claimed the delivery long enough ago to be over (its task's
-    time limit has passed); else wait for it."""
-    if c.groups.now_ms() - posting.since_ms < c.policy.claim_ttl_s * 1000:
-        raise ClaimHeld(guard)
-    mine = f"{POSTING}{c.groups.now_ms()}"
-    if not c.take_over(keys=[keys.notified(guard)], args=[posting.value, mine, NOTIFIED_TTL]):
-        raise ClaimHeld(guard)  # another run took it over first
 
 
 def _record(
@@ -546,25 +499,39 @@ def _keep_result(
         trail=inv.trail,
         analysis=inv.analysis,
     )
-    c.r.set(keys.notified(guard), result.model_dump_json(), ex=NOTIFIED_TTL)
+    claims.record(c.r, keys.notified(guard), result.model_dump_json())
     return result
 
 
 def post_reply(thread_ts: str, text: str, key: str, c: Courier, channel: str | None = None) -> bool:
     """One reply in a message's thread (in ``channel``, the one its message was posted in;
     None: the default channel), paced like every post; False if Slack refused it or it was
-    posted before."""
+    posted before. The reply carries its claim in metadata, so a run that follows one killed
+    mid-post finds it in the thread instead of posting it again."""
     guard = keys.replied(key)
-    if c.r.exists(guard):
+    state = claims.take(c.r, guard, c.timing)
+    if isinstance(state, claims.Done):
         return False
     block = {"type": "section", "text": {"type": "mrkdwn", "text": text}}
-    take_slot(c.r, pace_key(c, channel), c.policy.pace_s)
+    notifier = c.notifier_in(channel)
+    tag = f"reply:{key}"
     try:
-        c.notifier_in(channel).send(text, [block], thread_ts=thread_ts)
+        claims.post_once(
+            c.r,
+            guard,
+            state,
+            notifier,
+            lambda: notifier.send(text, [block], thread_ts=thread_ts, claim=tag),
+            timing=c.timing,
+            tag=tag,
+            thread_ts=thread_ts,
+            before_send=lambda: take_slot(c.r, pace_key(c, channel), c.policy.pace_s),
+        )
     except PermanentError as exc:  # the top-level message is out; a reply is not worth more
         log.warning("thread_reply.refused", extra={"thread_ts": thread_ts, "reason": str(exc)})
+        claims.record(c.r, guard, "refused")
         return False
-    c.r.set(guard, "1", ex=NOTIFIED_TTL)
+    claims.record(c.r, guard, "posted")
     return True
 
 

@@ -7,8 +7,9 @@ at most once per ``incidents.INCIDENT_UPDATE_S`` (the ``update_incident`` task).
 
 A cap batch (a service's new groups over its cap of new analyses) does not wait for an
 analysis: its first refresh posts the list on its own, a summary of what waits (claimed as
-its poster ``SUMMARY``, so members reply under it), and later refreshes rewrite it until the
-last one is analysed. Every label is text from logs: it is escaped like every other block.
+its poster ``SUMMARY``, so members reply under it; posted once, shared/notify/claims.py),
+and later refreshes rewrite it until the last one is analysed. Every label is text from
+logs: it is escaped like every other block.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from shared.core import keys
 from shared.core.errors import PermanentError
 from shared.intake import incidents
+from shared.notify import claims
 from shared.notify.delivery import Courier, MessageNotOut, pace_key, take_slot
 from shared.notify.message import cap_summary, with_incident
 
@@ -64,7 +67,6 @@ def _summary(inc: incidents.Incident, c: Courier) -> int | None:
     route = c.routing.route(inc.cause, None)  # the service's channel, as its groups are aimed
     notifier = c.notifier_for(route)
     aimed = route.target if route else c.policy.channel
-    retried = inc.poster == SUMMARY
     where = incidents.place(
         c.r, inc.id, SUMMARY, now_ms=c.groups.now_ms(), stale_s=c.policy.claim_ttl_s
     )
@@ -72,17 +74,31 @@ def _summary(inc: incidents.Incident, c: Courier) -> int | None:
         raise MessageNotOut(inc.id)  # a member is posting its analysis as the batch's message
     if isinstance(where, incidents.Reply):
         return refresh(inc.id, c)  # a member's analysis came first: it carries the list
-    claim = f"th-summary:{inc.id}"
-    found = notifier.find(claim) if retried else None
-    if found is None:
-        take_slot(c.r, aimed, c.policy.pace_s)
-        try:
-            found = notifier.send(text, blocks, claim=claim)
-        except PermanentError as exc:
-            log.warning("cap_summary.refused", extra={"incident": inc.id, "reason": str(exc)})
-            incidents.posted(c.r, inc.id, None, None, aimed)  # members post on their own
-            return None
+    tag = f"th-summary:{inc.id}"
+    key = keys.notified(tag)
+    try:
+        state = claims.take(c.r, key, c.timing)
+        if isinstance(state, claims.Done):
+            return None  # refused by Slack earlier: members post on their own
+        found = claims.post_once(
+            c.r,
+            key,
+            state,
+            notifier,
+            lambda: notifier.send(text, blocks, claim=tag),
+            timing=c.timing,
+            tag=tag,
+            before_send=lambda: take_slot(c.r, aimed, c.policy.pace_s),
+        )
+    except claims.ClaimHeld:
+        raise MessageNotOut(inc.id) from None  # an earlier run's post is not resolved yet
+    except PermanentError as exc:
+        log.warning("cap_summary.refused", extra={"incident": inc.id, "reason": str(exc)})
+        incidents.posted(c.r, inc.id, None, None, aimed)  # members post on their own
+        claims.record(c.r, key, "refused")
+        return None
     incidents.posted(c.r, inc.id, found.channel, found.ts, aimed)
+    claims.record(c.r, key, "posted")
     return len(inc.members)
 
 

@@ -6,6 +6,7 @@ import copy
 import json
 import re
 import sys
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,12 +16,38 @@ from shared.core.errors import PermanentError, TransientError
 
 METADATA_EVENT = "tracehound_alert"  # Slack message metadata: which delivery posted it
 
+# Slack channel IDs are upper-case (C… public, G… private, D… direct); channel names are
+# lower-case only ("Channel names can only contain lowercase letters, numbers, hyphens, and
+# underscores": Slack's conversations.create/rename docs), so the two never look alike.
+CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]+$")
+# conversations.history/replies for apps outside the Slack Marketplace (Slack's changelog of
+# 2025-05-29): 1 request a minute, ``limit`` at most 15. A page of 15 is correct everywhere.
+HISTORY_PAGE = 15
+
 
 @dataclass(frozen=True)
 class Delivery:
     destination: str
     channel: str | None = None
     ts: str | None = None
+
+
+@dataclass(frozen=True)
+class Window:
+    """The part of a channel (or thread) still to read for a lost post: Slack ``ts`` bounds,
+    in seconds. A lookup reads one page and hands back the rest, so a rate-limited lookup
+    resumes where it stopped instead of reading the newest page again."""
+
+    oldest: float
+    latest: float
+
+    def dump(self) -> str:
+        return f"{self.oldest:.6f}:{self.latest:.6f}"
+
+    @classmethod
+    def load(cls, text: str) -> Window:
+        oldest, latest = text.split(":")
+        return cls(float(oldest), float(latest))
 
 
 class Notifier(Protocol):
@@ -40,8 +67,12 @@ class Notifier(Protocol):
     def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
         """Rewrite a message already sent (a no-op where the destination cannot)."""
 
-    def find(self, claim: str, *, thread_ts: str | None = None) -> Delivery | None:
-        """The message posted earlier with ``claim``, if the destination can say (else None)."""
+    def find(
+        self, claim: str, *, within: Window, thread_ts: str | None = None
+    ) -> Delivery | Window | None:
+        """One page of the search for the message posted with ``claim`` inside ``within``:
+        the message; the part of the window still to read; or None (not there, or the
+        destination cannot say)."""
 
     def permalink(self, channel: str, ts: str) -> str | None:
         """A link to a message sent, if the destination has them (else None)."""
@@ -71,16 +102,39 @@ def _slack_failure(what: str, status: int, error: str, headers: Any) -> Exceptio
     return PermanentError(f"{what}: Slack refused the message: {error or status}")
 
 
-class SlackBotNotifier:
-    """``chat.postMessage`` with a bot token; the base URL is configurable for tests."""
+def channel_key(channel: str) -> str:
+    """A channel as configured (``#alerts``, ``alerts`` or an ID) in one spelling."""
+    return channel if CHANNEL_ID.match(channel) else channel.lstrip("#").lower()
 
-    def __init__(self, token: str, channel: str, *, base_url: str, timeout: float = 30.0) -> None:
+
+class SlackBotNotifier:
+    """A bot token on the Web API; the base URL is configurable for tests.
+
+    Every method goes through slack-sdk's typed wrapper, so each is sent the way Slack's
+    spec gives it: ``chat.postMessage`` and ``chat.update`` as JSON, the read methods
+    (``conversations.history``/``.replies``/``.list``, ``chat.getPermalink``) as form
+    arguments — Slack's spec gives them no JSON body, and reads none there. A configured
+    channel name is resolved to its ID once (``conversations.list``, or the ID
+    ``chat.postMessage`` answers with): every method but ``chat.postMessage`` takes only IDs.
+    """
+
+    def __init__(
+        self,
+        token: str,
+        channel: str,
+        *,
+        base_url: str,
+        timeout: float = 30.0,
+        channel_ids: MutableMapping[str, str] | None = None,
+    ) -> None:
         from slack_sdk import WebClient
 
         if not base_url.endswith("/"):
             base_url += "/"  # slack-sdk joins method names onto it
         self.channel = channel
         self._client = WebClient(token=token, base_url=base_url, timeout=int(timeout))
+        # name -> ID, shared by the routed copies (and, given one, across processes).
+        self._ids: MutableMapping[str, str] = {} if channel_ids is None else channel_ids
 
     destination = "slack"
 
@@ -90,11 +144,11 @@ class SlackBotNotifier:
         other.channel = channel
         return other
 
-    def _call(self, method: str, **kwargs: Any) -> Any:
+    def _call(self, method: str, call: Callable[[], Any]) -> Any:
         from slack_sdk.errors import SlackApiError, SlackClientError
 
         try:
-            return self._client.api_call(method, json=kwargs)
+            return call()
         except SlackApiError as exc:
             r = exc.response
             raise _slack_failure(
@@ -104,6 +158,34 @@ class SlackBotNotifier:
             # No answer: Slack may still have done it (a post that timed out can be in the
             # channel).
             raise TransientError(f"slack {method}: {exc}", maybe_done=True) from exc
+
+    def channel_id(self, channel: str | None = None) -> str:
+        """The ID of ``channel`` (default: this notifier's). ``PermanentError`` when Slack
+        knows no channel of that name the bot can see."""
+        key = channel_key(channel or self.channel)
+        if CHANNEL_ID.match(key):
+            return key
+        known = self._ids.get(key)
+        if known:
+            return known
+
+        def lookup() -> str | None:
+            pages = self._client.conversations_list(
+                types="public_channel,private_channel", exclude_archived=True, limit=200
+            )
+            for page in pages:  # SlackResponse follows response_metadata.next_cursor
+                for conv in page.get("channels") or []:
+                    if isinstance(conv, dict) and conv.get("name") == key and conv.get("id"):
+                        return str(conv["id"])
+            return None
+
+        found = self._call("conversations.list", lookup)
+        if not found:
+            raise PermanentError(
+                f"slack: no channel #{key} the bot can see; configure its ID (C…) instead"
+            )
+        self._ids[key] = found
+        return found
 
     def send(
         self,
@@ -116,49 +198,97 @@ class SlackBotNotifier:
         extra: dict[str, Any] = {"thread_ts": thread_ts} if thread_ts else {}
         if claim:
             extra["metadata"] = {"event_type": METADATA_EVENT, "event_payload": {"claim": claim}}
+        key = channel_key(self.channel)
+        channel = self._ids.get(key, key)  # a name is fine here: Slack answers with the ID
         resp = self._call(
             "chat.postMessage",
-            channel=self.channel,
-            text=text,
-            blocks=blocks,
-            unfurl_links=False,
-            unfurl_media=False,
-            **extra,
+            lambda: self._client.chat_postMessage(
+                channel=channel,
+                text=text,
+                blocks=blocks,
+                unfurl_links=False,
+                unfurl_media=False,
+                **extra,
+            ),
         )
-        return Delivery("slack", channel=resp.get("channel"), ts=resp.get("ts"))
+        answered = resp.get("channel")
+        if isinstance(answered, str) and CHANNEL_ID.match(answered) and answered != key:
+            self._ids[key] = answered
+        return Delivery("slack", channel=answered, ts=resp.get("ts"))
 
     def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
-        self._call("chat.update", channel=channel, ts=ts, text=text, blocks=blocks)
+        target = self.channel_id(channel)
+        self._call(
+            "chat.update",
+            lambda: self._client.chat_update(channel=target, ts=ts, text=text, blocks=blocks),
+        )
 
     def permalink(self, channel: str, ts: str) -> str | None:
         """chat.getPermalink; None when Slack does not give one (the link is a nicety)."""
         try:
-            resp = self._call("chat.getPermalink", channel=channel, message_ts=ts)
+            target = self.channel_id(channel)
+            resp = self._call(
+                "chat.getPermalink",
+                lambda: self._client.chat_getPermalink(channel=target, message_ts=ts),
+            )
         except (PermanentError, TransientError):
             return None
         link = resp.get("permalink")
         return link if isinstance(link, str) and link.startswith("https://") else None
 
-    def find(self, claim: str, *, thread_ts: str | None = None) -> Delivery | None:
-        """The channel's recent messages (or the thread's) carrying ``claim`` in metadata."""
+    def find(
+        self, claim: str, *, within: Window, thread_ts: str | None = None
+    ) -> Delivery | Window | None:
+        """One page of the channel's messages (or the thread's) inside ``within``, looking
+        for ``claim`` in their metadata. History comes newest first and replies oldest
+        first: the rest of the window is what lies beyond the page."""
+        channel = self.channel_id()
+        oldest, latest = f"{within.oldest:.6f}", f"{within.latest:.6f}"
         if thread_ts:
             resp = self._call(
                 "conversations.replies",
-                channel=self.channel,
-                ts=thread_ts,
-                include_all_metadata=True,
-                limit=200,
+                lambda: self._client.conversations_replies(
+                    channel=channel,
+                    ts=thread_ts,
+                    oldest=oldest,
+                    latest=latest,
+                    inclusive=False,
+                    include_all_metadata=True,
+                    limit=HISTORY_PAGE,
+                ),
             )
         else:
             resp = self._call(
-                "conversations.history", channel=self.channel, include_all_metadata=True, limit=200
+                "conversations.history",
+                lambda: self._client.conversations_history(
+                    channel=channel,
+                    oldest=oldest,
+                    latest=latest,
+                    inclusive=False,
+                    include_all_metadata=True,
+                    limit=HISTORY_PAGE,
+                ),
             )
-        for message in resp.get("messages") or []:
+        messages = [m for m in resp.get("messages") or [] if isinstance(m, dict)]
+        for message in messages:
             metadata = message.get("metadata") or {}
             payload = metadata.get("event_payload") or {}
             if metadata.get("event_type") == METADATA_EVENT and payload.get("claim") == claim:
-                return Delivery("slack", channel=self.channel, ts=message.get("ts"))
-        return None
+                return Delivery("slack", channel=channel, ts=message.get("ts"))
+        stamps = [float(m["ts"]) for m in messages if _is_ts(m.get("ts"))]
+        if not resp.get("has_more") or not stamps:
+            return None
+        if thread_ts:  # oldest first: go on after the newest seen
+            return Window(max(stamps), within.latest)
+        return Window(within.oldest, min(stamps))  # newest first: go on before the oldest
+
+
+def _is_ts(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 class SlackWebhookNotifier:
@@ -174,7 +304,9 @@ class SlackWebhookNotifier:
     def update(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
         return None  # a webhook message cannot be edited; the next window posts the count
 
-    def find(self, claim: str, *, thread_ts: str | None = None) -> Delivery | None:
+    def find(
+        self, claim: str, *, within: Window, thread_ts: str | None = None
+    ) -> Delivery | Window | None:
         return None  # a webhook cannot read its channel back
 
     def permalink(self, channel: str, ts: str) -> str | None:
@@ -266,7 +398,9 @@ class ConsoleNotifier:
         self._write(record, ("  ↳ " if thread_ts else "") + shown)
         return Delivery("console", channel=str(self.path), ts=ts)
 
-    def find(self, claim: str, *, thread_ts: str | None = None) -> Delivery | None:
+    def find(
+        self, claim: str, *, within: Window | None = None, thread_ts: str | None = None
+    ) -> Delivery | Window | None:
         """A message written with ``claim`` among the file's last megabyte."""
         try:
             with self.path.open("rb") as f:

@@ -158,6 +158,47 @@ def test_a_worker_killed_while_slack_holds_its_post_does_not_post_twice(
     assert notification["ts"] == posts[0]["ts"]
 
 
+def test_a_worker_killed_while_slack_holds_its_thread_reply_does_not_reply_twice(
+    stack: LocalStack, sender: Any, settings: Settings, slack_sim: SlackSimulator
+) -> None:
+    """The same for the stack trace's thread reply: the reply carries its claim in metadata,
+    and the redelivered reply task finds it in the thread (conversations.replies)."""
+    index_repository(
+        sender, SAMPLE_SERVICE, "sample-reply", max_bytes=settings.max_file_bytes, timeout=120
+    )
+    cpu = next(p for p in stack.procs if p.name == "worker-cpu" and p.alive())
+    event = parse_event(
+        (DATA / "sample-error.txt").read_text(), service="shop-reply", repo="sample-reply"
+    )
+    slack_sim.configure(thread_latency=4.0)  # the top-level post is quick, the reply is not
+    try:
+        notification = enqueue_error(sender, event).get(timeout=120)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not [
+            r
+            for r in slack_sim.requests_to("chat.postMessage")
+            if r["body"].get("thread_ts") == notification["ts"]
+        ]:
+            time.sleep(0.05)
+        for child in pool_children(cpu.popen.pid):
+            os.kill(child, signal.SIGKILL)  # mid-reply: Slack has it, we lose the answer
+        # Redelivered after the bound, the task finds the reply instead of posting it.
+        deadline = time.monotonic() + settings.redelivery_after + 60
+        replies: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            replies = [m for m in slack_sim.messages if m.get("thread_ts") == notification["ts"]]
+            finished = slack_sim.requests_to("conversations.replies")
+            if replies and finished and all(r["t_end"] for r in finished):
+                break
+            time.sleep(0.2)
+    finally:
+        slack_sim.configure(thread_latency=0)
+    time.sleep(2)
+    replies = [m for m in slack_sim.messages if m.get("thread_ts") == notification["ts"]]
+    assert len(replies) == 1, [r["text"][:60] for r in replies]
+    assert slack_sim.requests_to("conversations.replies")  # it looked before posting
+
+
 def test_embed_worker_child_killed_mid_drain_every_change_still_lands(
     stack: LocalStack, sender: Any, settings: Settings, ollama_sim: OllamaSimulator
 ) -> None:

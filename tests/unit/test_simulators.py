@@ -653,7 +653,7 @@ def test_slack_control_endpoints(slack: SlackSimulator, http: httpx.Client) -> N
             "fail": [{"method": "auth.test", "error": "account_inactive"}],
         },
     ).json()
-    assert config["channels"] == ["C0ALERTS"]
+    assert config["channels"] == {"C0ALERTS": "c0alerts"}
     client = _web(slack)
     with pytest.raises(SlackApiError) as info:
         client.chat_postMessage(channel="C0ALERTS", text="x")

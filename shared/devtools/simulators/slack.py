@@ -7,10 +7,19 @@ uses, so ``WebClient(token="xoxb-...", base_url=sim.url + "/api/")`` and
 - ``POST /api/chat.postMessage``, ``/api/chat.update``, ``/api/auth.test`` (JSON or form-encoded
   bodies, JSON strings inside form fields such as ``blocks``, query parameters); other method
   names answer ``{"ok": false, "error": "unknown_method"}``.
-- ``/api/conversations.history`` (top-level messages, newest first, ``oldest``/``latest``/
-  ``limit``) and ``/api/conversations.replies`` (a thread, oldest first); a message's
-  ``metadata`` (``{event_type, event_payload}``, as posted) is returned with
-  ``include_all_metadata=true``.
+- ``/api/conversations.history`` (top-level messages, newest first) and
+  ``/api/conversations.replies`` (a thread, oldest first), both bounded by ``oldest``/
+  ``latest``/``inclusive``, paged by ``limit`` and ``cursor``; a message's ``metadata``
+  (``{event_type, event_payload}``, as posted) is returned with ``include_all_metadata=true``.
+  ``/api/conversations.list`` pages the channels the simulator knows.
+
+Rules that hold tracehound to the real service (each cites its source where it is enforced):
+the read methods take form or query arguments only, a JSON body's fields are not read; every
+method but ``chat.postMessage`` takes a channel ID, never a name; ``chat.postMessage`` takes
+either and answers with the ID; ``limit`` caps; and, switched on with
+``configure(marketplace=False)``, the limits Slack puts on apps outside its Marketplace:
+``conversations.history``/``.replies`` at one request a minute (``tier1_period`` seconds in
+tests) and at most 15 messages a page.
 - Auth from ``Authorization: Bearer ...`` or a ``token`` field: a missing token gives
   ``not_authed``, an unaccepted one ``invalid_auth`` (HTTP 200, as Slack does).
 - Block Kit limits Slack enforces (50 blocks, 3000-char section text, 150-char header text,
@@ -30,9 +39,13 @@ thread-safe request log. Over HTTP, for tests in another process: ``GET /_sim/lo
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import copy
+import hashlib
 import json
+import math
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -49,8 +62,51 @@ TEAM: Mapping[str, str] = MappingProxyType(
     {"team": "sim", "user": "tracehound", "team_id": "T0SIM", "user_id": "U0SIM", "bot_id": "B0SIM"}
 )
 _JSON_FIELDS = ("blocks", "attachments", "metadata")
-_TS_BASE_MICROS = 1_700_000_000_000_000
 _MAX_BLOCKS = 50
+# A conversation ID: upper-case letters and digits after C (public), G (private) or D (direct).
+# Slack's spec (slackapi/slack-api-specs web-api/slack_web_openapi_v2.json, defs_channel)
+# gives ``^[CGD][A-Z0-9]{8,}$``; shorter IDs are allowed here so tests can name "C1". Channel
+# names are lower-case only, so a name never looks like an ID.
+_CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]+$")
+# Methods whose spec entry is ``get`` with ``consumes: application/x-www-form-urlencoded``
+# only (web_openapi_v2.json: conversations.history, .replies, .info, .list,
+# chat.getPermalink; api.slack.com/methods/conversations.list: "This method does not
+# currently accept application/json"): a JSON body's fields are not read, so the call is
+# answered as if they were never sent (the required ``channel`` missing: channel_not_found).
+FORM_ONLY_METHODS = frozenset(
+    {
+        "conversations.history",
+        "conversations.replies",
+        "conversations.info",
+        "conversations.list",
+        "chat.getPermalink",
+    }
+)
+# "Conversation ID to fetch history for." (web_openapi_v2.json, the channel parameter of each):
+# these methods answer channel_not_found for a name (with or without "#").
+ID_ONLY_METHODS = frozenset(
+    {
+        "conversations.history",
+        "conversations.replies",
+        "conversations.info",
+        "chat.getPermalink",
+        "chat.update",
+    }
+)
+# Page sizes: conversations.history "Maximum of 999. Default: 100"; conversations.replies
+# default 1000 (docs.slack.dev reference pages); conversations.list "no larger than 1000.
+# Default: 100" (api.slack.com/methods/conversations.list).
+_LIMITS = {
+    "conversations.history": (100, 999),
+    "conversations.replies": (1000, 1000),
+    "conversations.list": (100, 1000),
+}
+# Slack's changelog of 2025-05-29, "Rate limit changes for non-Marketplace apps": for apps not
+# approved for the Marketplace, conversations.history and .replies move to Tier 1, "1
+# request per minute", and "The maximum and default for the limit parameter has been reduced
+# to 15 objects" (new apps from 2025-05-29, existing installations from 2025-09-02).
+TIER1_METHODS = frozenset({"conversations.history", "conversations.replies"})
+TIER1_LIMIT = 15
 _MAX_TEXT = 40_000
 
 
@@ -141,15 +197,26 @@ class _Reply:
         return None
 
 
-def _strip_channel(channel: str) -> str:
-    return channel[1:] if channel.startswith("#") else channel
+def is_channel_id(channel: str) -> bool:
+    return bool(_CHANNEL_ID.match(channel))
+
+
+def _name(channel: str) -> str:
+    return channel.lstrip("#").lower()
+
+
+def id_for_name(name: str) -> str:
+    """The ID the simulator gives the channel called ``name`` (stable across runs)."""
+    return "C" + hashlib.sha1(_name(name).encode()).hexdigest()[:10].upper()
 
 
 class SlackSimulator(LoopbackSimulator):
     """SIMULATOR of the Slack Web API and incoming webhooks on ``127.0.0.1``: a test double.
 
     ``valid_tokens=None`` accepts any token starting with ``xoxb-``; ``channels=None`` accepts
-    any channel. ``start()`` binds (port 0 = a free port) and serves in a daemon thread;
+    any channel ID, and gives a channel posted to by name its own ID (:func:`id_for_name`);
+    else ``channels`` lists the workspace's channels: IDs, names, or ``{id: name}``.
+    ``start()`` binds (port 0 = a free port) and serves in a daemon thread;
     ``stop()`` drops kept-alive connections too; a later ``start()`` reuses the same port.
     """
 
@@ -163,19 +230,24 @@ class SlackSimulator(LoopbackSimulator):
         host: str = "127.0.0.1",
         port: int = 0,
         valid_tokens: Iterable[str] | None = None,
-        channels: Iterable[str] | None = None,
+        channels: Iterable[str] | Mapping[str, str] | None = None,
         latency: float = 0.0,
     ) -> None:
         super().__init__(host=host, port=port)
         self._valid_tokens: set[str] | None = None
-        self._channels: set[str] | None = None
+        self._channels: dict[str, str] | None = None  # id -> name; None: any
+        self._seen: dict[str, str] = {}  # id -> name, of channels posted to when any goes
         self._latency = 0.0
+        self._thread_latency = 0.0
+        self._marketplace = True
+        self._tier1_period = 60.0
+        self._tier1_last: dict[str, float] = {}
         self._rate_limit_remaining = 0
         self._retry_after = 1
         self._rate_limit_top_level_only = False
         self._faults: dict[str, _Fault] = {}
         self._messages: list[dict[str, Any]] = []
-        self._ts_counter = 0
+        self._last_ts_micros = 0
         # Socket Mode's websocket, started when an app first calls apps.connections.open.
         self.socket_mode = SocketModeServer(host)
         self.configure(valid_tokens=valid_tokens, channels=channels, latency=latency)
@@ -194,8 +266,18 @@ class SlackSimulator(LoopbackSimulator):
 
     def configure(self, **opts: Any) -> None:
         """Change options at runtime: ``valid_tokens`` (iterable or None = any ``xoxb-``),
-        ``channels`` (iterable or None = any), ``latency`` (seconds per request)."""
-        unknown = set(opts) - {"valid_tokens", "channels", "latency"}
+        ``channels`` (IDs, names or ``{id: name}``; None = any), ``latency`` (seconds per
+        request), ``thread_latency`` (more seconds for a post in a thread), ``marketplace``
+        (False: the non-Marketplace limits on conversations.history and .replies),
+        ``tier1_period`` (their "one request a minute", in seconds)."""
+        unknown = set(opts) - {
+            "valid_tokens",
+            "channels",
+            "latency",
+            "thread_latency",
+            "marketplace",
+            "tier1_period",
+        }
         if unknown:
             raise TypeError(f"unknown SlackSimulator option(s): {sorted(unknown)}")
 
@@ -210,21 +292,29 @@ class SlackSimulator(LoopbackSimulator):
             if "valid_tokens" in opts:
                 self._valid_tokens = as_set(opts["valid_tokens"], "valid_tokens")
             if "channels" in opts:
-                channels = as_set(opts["channels"], "channels")
-                self._channels = None if channels is None else {_strip_channel(c) for c in channels}
-            if "latency" in opts:
-                latency = float(opts["latency"] or 0.0)
-                if latency < 0:
-                    raise ValueError("latency must be >= 0")
-                self._latency = latency
+                self._channels = _workspace(opts["channels"])
+            if "marketplace" in opts:
+                self._marketplace = bool(opts["marketplace"])
+                self._tier1_last.clear()
+            if "tier1_period" in opts:
+                self._tier1_period = max(0.0, float(opts["tier1_period"]))
+            for name in ("latency", "thread_latency"):
+                if name in opts:
+                    seconds = float(opts[name] or 0.0)
+                    if seconds < 0:
+                        raise ValueError(f"{name} must be >= 0")
+                    setattr(self, f"_{name}", seconds)
 
     @property
     def config(self) -> dict[str, Any]:
         with self._lock:
             return {
                 "valid_tokens": None if self._valid_tokens is None else sorted(self._valid_tokens),
-                "channels": None if self._channels is None else sorted(self._channels),
+                "channels": None if self._channels is None else dict(self._channels),
                 "latency": self._latency,
+                "thread_latency": self._thread_latency,
+                "marketplace": self._marketplace,
+                "tier1_period": self._tier1_period,
             }
 
     def rate_limit(self, times: int, retry_after: int = 1, *, top_level_only: bool = False) -> None:
@@ -259,6 +349,7 @@ class SlackSimulator(LoopbackSimulator):
         with self._lock:
             self._faults.clear()
             self._rate_limit_remaining = 0
+            self._tier1_last.clear()
 
     def stop(self) -> None:
         self.socket_mode.stop()
@@ -270,6 +361,7 @@ class SlackSimulator(LoopbackSimulator):
             self._log.clear()
             self._faults.clear()
             self._rate_limit_remaining = 0
+            self._tier1_last.clear()
             self._messages.clear()
 
     # -------------------------------------------------------------------- state
@@ -286,8 +378,22 @@ class SlackSimulator(LoopbackSimulator):
             return copy.deepcopy(self._messages)
 
     def messages_in(self, channel: str) -> list[dict[str, Any]]:
-        key = _strip_channel(channel)
-        return [m for m in self.messages if _strip_channel(m["channel"] or "") == key]
+        """The messages stored in ``channel`` (its ID, or its name for the ID it was given)."""
+        key = self.channel_id(channel) or channel
+        return [m for m in self.messages if m["channel"] == key]
+
+    def channel_id(self, channel: str) -> str | None:
+        """The ID of ``channel`` (an ID or a name) in this workspace; None if there is none."""
+        with self._lock:
+            known = self._channels if self._channels is not None else self._seen
+            if is_channel_id(channel):
+                return channel if self._channels is None or channel in known else None
+            name = _name(channel)
+            found = next((cid for cid, n in known.items() if n == name), None)
+            if found is None and self._channels is None:
+                found = id_for_name(name)
+                self._seen[found] = name
+            return found
 
     def clear_messages(self) -> None:
         with self._lock:
@@ -304,25 +410,29 @@ class SlackSimulator(LoopbackSimulator):
             self._control(h, path, raw)
             return
         content_type = h.headers.get("Content-Type", "").split(";")[0].strip().lower()
-        args, parse_error = _parse_args(raw, content_type, parts.query)
-        auth = h.headers.get("Authorization", "")
-        token = auth[7:].strip() if auth.lower().startswith("bearer ") else None
-        if "token" in args:
-            form_token = args.pop("token")
-            token = token or (form_token if isinstance(form_token, str) else None)
+        args, json_args, parse_error = _parse_args(raw, content_type, parts.query)
         if path.startswith("/api/"):
             api_method: str | None = path[len("/api/") :]
         elif path.startswith("/services/"):
             api_method = WEBHOOK
         else:
             api_method = None
+        if api_method not in FORM_ONLY_METHODS:  # see FORM_ONLY_METHODS: JSON is not read there
+            args.update(json_args)
+        auth = h.headers.get("Authorization", "")
+        token = auth[7:].strip() if auth.lower().startswith("bearer ") else None
+        if "token" in args:
+            form_token = args.pop("token")
+            token = token or (form_token if isinstance(form_token, str) else None)
         entry: dict[str, Any] = {
             "t": received,
             "t_end": None,
             "method": h.command,
             "path": path,
             "api_method": api_method,
+            "content_type": content_type,
             "body": args if parse_error is None else None,
+            "json_ignored": sorted(json_args) if api_method in FORM_ONLY_METHODS else [],
             "token": token,
             "status": None,
             "error": None,
@@ -330,6 +440,8 @@ class SlackSimulator(LoopbackSimulator):
         with self._lock:
             self._record(entry)
             latency = self._latency
+            if api_method == "chat.postMessage" and args.get("thread_ts"):
+                latency += self._thread_latency
         if latency:
             time.sleep(latency)
         reply = _Reply(500, {"ok": False, "error": "internal_error"}, {})
@@ -401,6 +513,7 @@ class SlackSimulator(LoopbackSimulator):
             "auth.test": self._auth_test,
             "conversations.history": self._history,
             "conversations.replies": self._replies,
+            "conversations.list": self._list,
             "chat.getPermalink": self._permalink,
         }
         handler = handlers.get(api_method)
@@ -408,21 +521,40 @@ class SlackSimulator(LoopbackSimulator):
             return _Reply(
                 200, {"ok": False, "error": "unknown_method", "req_method": api_method}, {}
             )
-        return handler(args)
-
-    def _channel_error(self, channel: Any) -> _Reply | None:
-        if not isinstance(channel, str) or not channel:
-            return _fail("channel_not_found")
         with self._lock:
-            allowed = self._channels
-        if allowed is not None and _strip_channel(channel) not in allowed:
-            return _fail("channel_not_found")
+            limited = self._tier1(api_method)
+        return limited or handler(args)
+
+    def _tier1(self, api_method: str) -> _Reply | None:
+        """Outside the Marketplace, conversations.history and .replies take one request a
+        minute (see TIER1_METHODS): a second within the period is a 429 with the seconds left
+        in ``Retry-After`` (api.slack.com/apis/rate-limits: "a Retry-After header containing
+        the number of seconds until you can retry"). Lock held."""
+        if self._marketplace or api_method not in TIER1_METHODS:
+            return None
+        now = time.monotonic()
+        last = self._tier1_last.get(api_method)
+        if last is not None and now - last < self._tier1_period:
+            wait = max(1, math.ceil(self._tier1_period - (now - last)))
+            return _Reply(429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(wait)})
+        self._tier1_last[api_method] = now
         return None
 
+    def _resolve(self, channel: Any, method: str) -> tuple[str, _Reply | None]:
+        """The channel's ID, or the error Slack gives for it."""
+        if not isinstance(channel, str) or not channel:
+            return "", _fail("channel_not_found")
+        if method in ID_ONLY_METHODS and not is_channel_id(channel):
+            return "", _fail("channel_not_found")  # a name where Slack takes only an ID
+        found = self.channel_id(channel)
+        return (found, None) if found else ("", _fail("channel_not_found"))
+
     def _next_ts(self) -> str:
+        """Slack's ``ts``: the time it took the message, in microseconds, unique per workspace
+        here (real ones are unique per channel)."""
         with self._lock:
-            self._ts_counter += 1
-            micros = _TS_BASE_MICROS + self._ts_counter * 100
+            micros = max(int(time.time() * 1_000_000), self._last_ts_micros + 1)
+            self._last_ts_micros = micros
         return f"{micros // 1_000_000}.{micros % 1_000_000:06d}"
 
     @staticmethod
@@ -450,8 +582,10 @@ class SlackSimulator(LoopbackSimulator):
         return None
 
     def _post_message(self, args: dict[str, Any]) -> _Reply:
-        channel = args.get("channel")
-        problem = self._channel_error(channel) or self._content_error(args)
+        # "Can be an encoded ID, or a name" (web_openapi_v2.json, chat.postMessage channel);
+        # the answer's channel is the ID (its schema: defs_channel).
+        channel, problem = self._resolve(args.get("channel"), "chat.postMessage")
+        problem = problem or self._content_error(args)
         if problem is not None:
             return problem
         ts = self._next_ts()
@@ -494,8 +628,8 @@ class SlackSimulator(LoopbackSimulator):
             return copy.deepcopy(message)
 
     def _update(self, args: dict[str, Any]) -> _Reply:
-        channel, ts = args.get("channel"), args.get("ts")
-        problem = self._channel_error(channel)
+        channel, problem = self._resolve(args.get("channel"), "chat.update")
+        ts = args.get("ts")
         if problem is not None:
             return problem
         if not isinstance(ts, str) or not ts:
@@ -508,16 +642,9 @@ class SlackSimulator(LoopbackSimulator):
         text = args.get("text")
         if isinstance(text, str) and len(text) > _MAX_TEXT:
             return _fail("msg_too_long")
-        assert isinstance(channel, str)
-        key = _strip_channel(channel)
         with self._lock:
             found = next(
-                (
-                    m
-                    for m in self._messages
-                    if m["ts"] == ts and _strip_channel(m["channel"] or "") == key
-                ),
-                None,
+                (m for m in self._messages if m["ts"] == ts and m["channel"] == channel), None
             )
             if found is None:
                 return _fail("message_not_found")
@@ -562,53 +689,143 @@ class SlackSimulator(LoopbackSimulator):
             out["metadata"] = copy.deepcopy(metadata)
         return out
 
-    def _in_channel(self, args: dict[str, Any]) -> tuple[list[dict[str, Any]], _Reply | None]:
-        channel = args.get("channel")
-        problem = self._channel_error(channel)
+    def _in_channel(
+        self, args: dict[str, Any], method: str
+    ) -> tuple[str, list[dict[str, Any]], _Reply | None]:
+        channel, problem = self._resolve(args.get("channel"), method)
         if problem is not None:
-            return [], problem
-        key = _strip_channel(str(channel))
+            return "", [], problem
         with self._lock:
             found = [
                 copy.deepcopy(m)
                 for m in self._messages
-                if m["via"] == "api" and _strip_channel(m["channel"] or "") == key
+                if m["via"] == "api" and m["channel"] == channel
             ]
-        return found, None
+        return channel, found, None
 
     @staticmethod
     def _flag(args: dict[str, Any], name: str) -> bool:
         return str(args.get(name, "")).lower() in ("true", "1")
 
+    def _limit(self, args: dict[str, Any], method: str) -> int:
+        """``limit`` as Slack applies it: its default when absent, never above the cap (15
+        outside the Marketplace for TIER1_METHODS)."""
+        default, cap = _LIMITS[method]
+        if not self._marketplace and method in TIER1_METHODS:
+            default, cap = TIER1_LIMIT, TIER1_LIMIT
+        try:
+            asked = int(args.get("limit") or 0)
+        except (TypeError, ValueError):
+            asked = 0
+        return min(asked, cap) if asked > 0 else default
+
+    def _page(
+        self,
+        items: list[dict[str, Any]],
+        args: dict[str, Any],
+        method: str,
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]] | _Reply:
+        """One page of ``items`` (in the order Slack gives them) from ``cursor``, and the page
+        fields: ``has_more`` and ``response_metadata.next_cursor`` ("" at the end, as
+        web_openapi_v2.json's examples of conversations.list show)."""
+        limit = self._limit(args, method)
+        start = 0
+        if cursor := str(args.get("cursor") or ""):
+            try:
+                start = int(base64.urlsafe_b64decode(cursor.encode()).decode().split(":")[1])
+            except (ValueError, IndexError, UnicodeDecodeError):
+                return _fail("invalid_cursor")
+        page = items[start : start + limit]
+        more = start + limit < len(items)
+        following = base64.urlsafe_b64encode(f"next:{start + limit}".encode()).decode()
+        return page, {
+            "has_more": more,
+            "response_metadata": {"next_cursor": following if more else ""},
+        }
+
+    @staticmethod
+    def _bounds(args: dict[str, Any]) -> tuple[float, float, bool] | _Reply:
+        """``oldest`` (default 0) and ``latest`` (default now), both left out unless
+        ``inclusive`` (docs.slack.dev conversations.history: "If a message has the same
+        timestamp as oldest or latest it will not be included in the list")."""
+        try:
+            oldest = float(args.get("oldest") or 0)
+        except ValueError:
+            return _fail("invalid_ts_oldest")
+        try:
+            latest = float(args.get("latest") or time.time() + 1)
+        except ValueError:
+            return _fail("invalid_ts_latest")
+        return oldest, latest, str(args.get("inclusive", "")).lower() in ("true", "1")
+
+    @staticmethod
+    def _within(ts: str, oldest: float, latest: float, inclusive: bool) -> bool:
+        t = float(ts)
+        return oldest <= t <= latest if inclusive else oldest < t < latest
+
     def _history(self, args: dict[str, Any]) -> _Reply:
-        found, problem = self._in_channel(args)
-        if problem is not None:
-            return problem
-        oldest = float(args.get("oldest") or 0)
-        latest = float(args.get("latest") or 1e12)
-        limit = int(args.get("limit") or 100)
-        top = [m for m in found if not m["thread_ts"] and oldest <= float(m["ts"]) <= latest]
+        """Top-level messages between the bounds, newest first."""
+        _, found, problem = self._in_channel(args, "conversations.history")
+        bounds = problem or self._bounds(args)
+        if isinstance(bounds, _Reply):
+            return bounds
+        top = [m for m in found if not m["thread_ts"] and self._within(m["ts"], *bounds)]
         top.sort(key=lambda m: float(m["ts"]), reverse=True)
+        paged = self._page(top, args, "conversations.history")
+        if isinstance(paged, _Reply):
+            return paged
+        page, more = paged
         meta = self._flag(args, "include_all_metadata")
-        messages = [self._listed(m, meta) for m in top[:limit]]
-        return _Reply(200, {"ok": True, "messages": messages, "has_more": len(top) > limit}, {})
+        messages = [self._listed(m, meta) for m in page]
+        return _Reply(200, {"ok": True, "messages": messages, **more}, {})
 
     def _replies(self, args: dict[str, Any]) -> _Reply:
-        found, problem = self._in_channel(args)
-        if problem is not None:
-            return problem
+        """A thread between the bounds, oldest first; ``ts`` must be a message of the
+        channel ("ts must be the timestamp of an existing message", docs.slack.dev)."""
+        _, found, problem = self._in_channel(args, "conversations.replies")
+        bounds = problem or self._bounds(args)
+        if isinstance(bounds, _Reply):
+            return bounds
         ts = str(args.get("ts") or "")
-        thread = [m for m in found if m["ts"] == ts or m["thread_ts"] == ts]
-        if not any(m["ts"] == ts for m in thread):
+        if not any(m["ts"] == ts for m in found):
             return _fail("thread_not_found")
+        thread = [
+            m
+            for m in found
+            if (m["ts"] == ts or m["thread_ts"] == ts) and self._within(m["ts"], *bounds)
+        ]
         thread.sort(key=lambda m: float(m["ts"]))
+        paged = self._page(thread, args, "conversations.replies")
+        if isinstance(paged, _Reply):
+            return paged
+        page, more = paged
         meta = self._flag(args, "include_all_metadata")
-        messages = [self._listed(m, meta) for m in thread]
-        return _Reply(200, {"ok": True, "messages": messages, "has_more": False}, {})
+        messages = [self._listed(m, meta) for m in page]
+        return _Reply(200, {"ok": True, "messages": messages, **more}, {})
+
+    def _list(self, args: dict[str, Any]) -> _Reply:
+        """The workspace's channels (those configured, or posted to when any goes)."""
+        with self._lock:
+            known = dict(self._channels if self._channels is not None else self._seen)
+            for m in self._messages:
+                if m["via"] == "api" and m["channel"] not in known:
+                    known[m["channel"]] = m["channel"].lower()
+        channels = [
+            {"id": cid, "name": name, "is_channel": True, "is_private": False,
+             "is_archived": False, "name_normalized": name}
+            for cid, name in sorted(known.items())
+        ]  # fmt: skip
+        paged = self._page(channels, args, "conversations.list")
+        if isinstance(paged, _Reply):
+            return paged
+        page, more = paged
+        return _Reply(
+            200, {"ok": True, "channels": page, "response_metadata": more["response_metadata"]}, {}
+        )
 
     def _permalink(self, args: dict[str, Any]) -> _Reply:
-        channel, ts = args.get("channel"), str(args.get("message_ts") or "")
-        problem = self._channel_error(channel)
+        channel, problem = self._resolve(args.get("channel"), "chat.getPermalink")
+        ts = str(args.get("message_ts") or "")
         if problem is not None:
             return problem
         with self._lock:
@@ -692,31 +909,33 @@ def _fail(error: str) -> _Reply:
     return _Reply(200, {"ok": False, "error": error}, {})
 
 
-def _parse_args(raw: bytes, content_type: str, query: str) -> tuple[dict[str, Any], str | None]:
-    """Query parameters plus a JSON or form body; JSON strings in ``blocks`` etc. decoded."""
+def _parse_args(
+    raw: bytes, content_type: str, query: str
+) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """Query parameters plus a form body (JSON strings in ``blocks`` etc. decoded), and a
+    JSON body's fields apart: some methods do not read them."""
     args: dict[str, Any] = dict(parse_qsl(query, keep_blank_values=True))
     if not raw.strip():
-        return args, None
+        return args, {}, None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return args, f"invalid encoding: {exc}"
+        return args, {}, f"invalid encoding: {exc}"
     if content_type == "application/json" or (not content_type and text.lstrip()[:1] in "{["):
         try:
             body = json.loads(text)
         except ValueError as exc:
-            return args, f"invalid json: {exc}"
+            return args, {}, f"invalid json: {exc}"
         if not isinstance(body, dict):
-            return args, "invalid json: body is not an object"
-        args.update(body)
-        return args, None
+            return args, {}, "invalid json: body is not an object"
+        return args, body, None
     if content_type in ("application/x-www-form-urlencoded", ""):
         form = dict(parse_qsl(text, keep_blank_values=True))
         if "payload" in form and len(form) == 1:  # legacy webhook form: payload=<json>
             try:
                 payload = json.loads(form["payload"])
             except ValueError as exc:
-                return args, f"invalid json payload: {exc}"
+                return args, {}, f"invalid json payload: {exc}"
             if isinstance(payload, dict):
                 form = payload
         args.update(form)
@@ -725,8 +944,27 @@ def _parse_args(raw: bytes, content_type: str, query: str) -> tuple[dict[str, An
             if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
                 with contextlib.suppress(ValueError):  # else a string: block validation says so
                     args[name] = json.loads(value)
-        return args, None
-    return args, f"unsupported content type {content_type!r}"
+        return args, {}, None
+    return args, {}, f"unsupported content type {content_type!r}"
+
+
+def _workspace(channels: Any) -> dict[str, str] | None:
+    """Configured channels as ``{id: name}``: an ID alone is named after itself, a name alone
+    gets :func:`id_for_name`."""
+    if channels is None:
+        return None
+    if isinstance(channels, Mapping):
+        pairs = list(channels.items())
+    elif isinstance(channels, str) or not all(isinstance(c, str) for c in channels):
+        raise TypeError("channels must be a list of IDs or names, a {id: name} map, or null")
+    else:
+        pairs = [(c, c.lower()) if is_channel_id(c) else (id_for_name(c), c) for c in channels]
+    out: dict[str, str] = {}
+    for cid, name in pairs:
+        if not (isinstance(cid, str) and is_channel_id(cid) and isinstance(name, str)):
+            raise TypeError(f"channel {cid!r}: an ID is upper-case letters and digits after C/G/D")
+        out[cid] = _name(name)
+    return out
 
 
 # ----------------------------------------------------------------------------------- main
