@@ -539,16 +539,7 @@ def _print_report(report: Any, json_out: Path | None, *, rows: str = "mode") -> 
 def _reranker(settings: Settings) -> Any:
     from shared.models.reranker import HttpReranker
 
-    if settings.rerank_backend == "none" or not settings.rerank_url:
-        return None
-    key = settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None
-    return HttpReranker(
-        settings.rerank_backend,
-        settings.rerank_url,
-        settings.rerank_model,
-        timeout=settings.rerank_timeout,
-        api_key=key,
-    )
+    return HttpReranker.from_settings(settings)
 
 
 def _print_cv(

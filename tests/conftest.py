@@ -18,7 +18,7 @@ import redis
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.devtools.localstack import LocalStack, free_port, simulator_env, start_redis
-from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.devtools.simulators.ollama import README_UBATCH, OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 
 DATA = Path(__file__).parent / "data"
@@ -43,7 +43,7 @@ def ollama_sim() -> Iterator[OllamaSimulator]:
 def rerank_sim() -> Iterator[OllamaSimulator]:
     """The rerank server is its own process in production, so its own simulator here; a fixed
     port lets a test stop it and start it again where the workers expect it."""
-    with OllamaSimulator(port=free_port()) as sim:
+    with OllamaSimulator(port=free_port(), rerank_ubatch=README_UBATCH) as sim:
         yield sim
 
 

@@ -152,12 +152,9 @@ class Clients:
     @cached_property
     def reranker(self) -> Reranker | None:
         s = self.settings
-        if s.rerank_backend == "none" or not s.rerank_url:
+        inner = HttpReranker.from_settings(s)
+        if inner is None or not s.rerank_url:
             return None
-        key = s.rerank_api_key.get_secret_value() if s.rerank_api_key else None
-        inner = HttpReranker(
-            s.rerank_backend, s.rerank_url, s.rerank_model, timeout=s.rerank_timeout, api_key=key
-        )
         kind = "ollama" if s.rerank_backend == "ollama" else "rerank"
         return LeasedReranker(
             inner, self.session(s.rerank_url), s.rerank_url, s.rerank_model, kind, PRIORITY_CHAIN

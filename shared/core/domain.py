@@ -73,7 +73,7 @@ class Candidate(Frozen):
     path: str
     score: float
     chunks: list[ChunkHit]
-    rerank_score: float | None = None
+    rerank_score: float | None = None  # relevance in 0..1, whatever the rerank server's scale
 
     @property
     def lines(self) -> str:
@@ -209,6 +209,9 @@ class Posted(Frozen):
 # and models/health.py), so the words are written in one place.
 EMBED_FAILED = "embedding: failed"
 RERANK_UNAVAILABLE = "rerank: unavailable"
+# The rerank server answered and refused (a pair over its batch, a bad request): its host is
+# up, so no second chance waits for it to "answer again".
+RERANK_REFUSED = "rerank: refused"
 NO_RERANK_BACKEND = "no rerank backend configured"
 
 

@@ -30,8 +30,10 @@ def check(
     what: str,
     *,
     not_found: Callable[[httpx.Response], PermanentError] | None = None,
+    refused: type[PermanentError] = PermanentError,
 ) -> httpx.Response:
-    """Raise the right error kind for a failed response; return it when it succeeded."""
+    """Raise the right error kind for a failed response; return it when it succeeded
+    (``refused``: the kind for a 4xx other than a 404 given to ``not_found``)."""
     if response.is_success:
         return response
     detail = f"{what}: HTTP {response.status_code}: {error_text(response)}"
@@ -43,7 +45,7 @@ def check(
             detail,
             retry_after=float(retry_after) if retry_after and retry_after.isdigit() else None,
         )
-    raise PermanentError(detail)
+    raise refused(detail)
 
 
 def json_body(response: httpx.Response, what: str) -> Any:
@@ -62,6 +64,7 @@ def post_json(
     *,
     not_found: Callable[[httpx.Response], PermanentError] | None = None,
     headers: dict[str, str] | None = None,
+    refused: type[PermanentError] = PermanentError,
 ) -> httpx.Response:
     """POST with connection failures and timeouts turned into TransientError."""
     try:
@@ -70,4 +73,4 @@ def post_json(
         raise TransientError(f"{what}: timed out ({type(exc).__name__}) at {url}") from exc
     except httpx.TransportError as exc:
         raise TransientError(f"{what}: cannot reach {url} ({exc})") from exc
-    return check(response, what, not_found=not_found)
+    return check(response, what, not_found=not_found, refused=refused)

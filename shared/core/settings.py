@@ -94,6 +94,19 @@ class Settings(BaseSettings):
     rerank_url: str | None = None
     rerank_model: str = "bge-reranker-v2-m3"
     rerank_api_key: SecretStr | None = None
+    rerank_max_tokens: int = Field(
+        2048,
+        ge=64,
+        description="Tokens of one query+file pair the rerank server takes: llama.cpp's "
+        "-ub/--ubatch-size (512 unless set; the README's command sets 2048), vLLM's "
+        "max_model_len. Files are cut to fit; a server that refuses a pair as too large "
+        "teaches the worker its real size.",
+    )
+    rerank_batch_size: int = Field(
+        32,
+        ge=1,
+        description="Files per request to TEI: its --max-client-batch-size (32 by default).",
+    )
 
     # --- timeouts (seconds) and retries ---
     embed_timeout: float = 60.0

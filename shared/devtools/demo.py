@@ -14,7 +14,7 @@ from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.devtools.localstack import local_stack
 from shared.devtools.sample_history import BUG_SUBJECT, build_sample_repo
-from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.devtools.simulators.ollama import README_UBATCH, OllamaSimulator
 from shared.index.history import HistoryBounds
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
@@ -53,7 +53,8 @@ def run_demo(
         models = ollama_models(settings.ollama_url)
         if models is None:
             sim = OllamaSimulator(
-                models=[settings.embed_model, settings.llm_model, settings.rerank_model]
+                models=[settings.embed_model, settings.llm_model, settings.rerank_model],
+                rerank_ubatch=README_UBATCH,
             )
             sim.start()
             stack.callback(sim.stop)

@@ -31,7 +31,7 @@ from shared.index.tokens import tokenize
 from shared.intake.events import from_text
 from shared.intake.frames import PathMapper, parse_frames
 from shared.models.embedder import Embedder
-from shared.models.reranker import Reranker, relevance, rerank_candidates
+from shared.models.reranker import Reranker, rerank_candidates
 from shared.retrieve.evidence import lexical_overlap
 from shared.retrieve.hybrid import Ranking, hybrid_retrieve
 from shared.retrieve.keywords import MAX_DEFINITIONS, chunks_covering, defining, symbol_table
@@ -515,7 +515,7 @@ def run_eval(
                 best = candidates[0].rerank_score if candidates else None
                 if best is not None:
                     held = recall_at(ranked, case.gold, shown) > 0
-                    score = relevance(best)
+                    score = best  # a relevance in 0..1 (shared/models/reranker.py)
                     relevance_by_mode.setdefault(mode, []).append((score, held))
                     row["modes"][mode]["best_relevance"] = score
             report.cases.append(row)

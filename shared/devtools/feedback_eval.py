@@ -22,7 +22,7 @@ from shared.devtools.calibration import suggest_threshold
 from shared.devtools.eval import EvalReport, recall_at, reciprocal_rank, summarize
 from shared.intake.events import from_text
 from shared.models.embedder import Embedder
-from shared.models.reranker import Reranker, relevance, rerank_candidates
+from shared.models.reranker import Reranker, rerank_candidates
 from shared.retrieve.evidence import lexical_overlap
 from shared.retrieve.hybrid import VectorSearch, hybrid_retrieve
 from shared.retrieve.keywords import KeywordIndex
@@ -88,7 +88,7 @@ def run_feedback_eval(
         held = recall_at(ranked, gold, shown) > 0
         best = candidates[0].rerank_score if candidates else None
         if best is not None:
-            relevance_points.append((relevance(best), held))
+            relevance_points.append((best, held))
         for key in (service, ALL):
             rows.setdefault(key, []).append((ranked, gold))
         report.cases.append(

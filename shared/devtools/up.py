@@ -213,7 +213,11 @@ def _supervise(opts: UpOptions, err: Console) -> int:
     try:
         env = {"TRACEHOUND_DATA_DIR": str(data_dir)}
         if opts.simulate:
-            ollama = sup.start(simulator_spec("ollama", free_port())).spec.url
+            from shared.devtools.simulators.ollama import README_UBATCH
+
+            ollama = sup.start(
+                simulator_spec("ollama", free_port(), "--rerank-ubatch", str(README_UBATCH))
+            ).spec.url
             slack = sup.start(simulator_spec("slack", free_port())).spec.url
             assert ollama and slack
             sim = simulator_env(ollama, slack, channel=SIMULATED_CHANNEL, rerank_url=ollama)

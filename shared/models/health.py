@@ -19,11 +19,20 @@ def ollama_answers(client: httpx.Client, base_url: str, *, timeout: float = 5.0)
         return False
 
 
+# A request as large as the analysis chain sends: a trace-sized query and files of the size
+# kept for reranking. A one-word request passes where a real one is refused as too large
+# (llama.cpp's n_ubatch), and a second chance would wait on a server that never reranks.
+_PROBE_QUERY = "\n".join(
+    f'  File "app/service_{i}.py", line {10 * i + 7}, in handle_request_{i}' for i in range(40)
+)
+_PROBE_FILE = "def handle_request(payload):\n" + "    value = payload.get('key', 0) + 1\n" * 200
+
+
 def reranker_answers(reranker: Reranker) -> bool:
-    """The rerank server scored a one-document request (rerank servers share no health path:
+    """The rerank server scored a realistic request (rerank servers share no health path:
     llama.cpp and TEI have ``/health``, the hosted APIs do not)."""
     try:
-        return len(reranker.scores("is the rerank server up", ["yes"])) == 1
+        return len(reranker.scores(_PROBE_QUERY, [_PROBE_FILE] * 2)) == 2
     except (TracehoundError, httpx.HTTPError):
         return False
 

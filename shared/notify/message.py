@@ -8,7 +8,6 @@ from typing import Any
 
 from shared.core.domain import Analysis, Investigation
 from shared.intake.incidents import Incident
-from shared.models.reranker import relevance
 from shared.notify.phrases import phrase
 
 SECTION_MAX = 3000  # Slack's limit for a section's text
@@ -109,7 +108,7 @@ def is_weak(inv: Investigation, min_relevance: float) -> bool:
     if not inv.candidates:
         return True
     best = inv.candidates[0].rerank_score
-    return best is not None and relevance(best) < min_relevance
+    return best is not None and best < min_relevance
 
 
 def _link(path: str, start: int, end: int, repo: str, template: str | None) -> str:

@@ -15,7 +15,6 @@ import re
 from collections.abc import Sequence
 
 from shared.core.domain import Candidate, Evidence
-from shared.models.reranker import relevance
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
 # Words a trace and most source files hold whatever failed: they locate nothing.
@@ -57,7 +56,7 @@ def judge(
     top = candidates[0]
     overlap = lexical_overlap(query, top)
     if top.rerank_score is not None:
-        best = relevance(top.rerank_score)
+        best = top.rerank_score
         weak = best < min_relevance
         reason = f"the best file's rerank relevance is {best:.2f} (< {min_relevance:.2f})"
     else:

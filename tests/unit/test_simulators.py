@@ -416,17 +416,17 @@ def test_rerank_shapes_are_sorted_and_map_back_by_index(
     scores = [r["relevance_score"] for r in v1["results"]]
     assert scores == sorted(scores, reverse=True)
     assert v1["results"][0]["index"] == 1 and v1["results"][-1]["index"] == 0
-    assert all(0.0 <= s < 1.0 for s in scores)
+    assert scores[-1] < 0 < scores[0]  # llama.cpp answers the rank head's logits
     top1 = http.post(
         f"{sim.url}/v1/rerank",
-        json={
-            "model": RERANK,
-            "query": query,
-            "documents": [{"text": d} for d in docs],
-            "top_n": 1,
-        },
+        json={"model": RERANK, "query": query, "documents": docs, "top_n": 1},
     )
     assert [r["index"] for r in top1.json()["results"]] == [1]
+    objects = http.post(  # llama.cpp takes documents as strings only
+        f"{sim.url}/v1/rerank",
+        json={"model": RERANK, "query": query, "documents": [{"text": d} for d in docs]},
+    )
+    assert objects.status_code == 400
 
     tei = http.post(
         f"{sim.url}/rerank", json={"query": query, "texts": docs, "return_text": True}
@@ -434,7 +434,7 @@ def test_rerank_shapes_are_sorted_and_map_back_by_index(
     assert isinstance(tei, list) and [r["index"] for r in tei] == [1, 2, 0]
     assert tei[0]["text"] == docs[1]
     by_index = {r["index"]: r["score"] for r in tei}
-    assert by_index[1] == pytest.approx(scores[0])
+    assert by_index[1] == pytest.approx(1 / (1 + math.exp(-scores[0])))  # TEI: the sigmoid
 
     api = http.post(
         f"{sim.url}/api/rerank", json={"model": RERANK, "query": query, "documents": docs}

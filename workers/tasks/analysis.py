@@ -21,13 +21,14 @@ from shared.core import queues as q
 from shared.core.domain import (
     EMBED_FAILED,
     NO_RERANK_BACKEND,
+    RERANK_REFUSED,
     RERANK_UNAVAILABLE,
     Evidence,
     Investigation,
 )
 from shared.core.errors import PermanentError, TracehoundError, TransientError
 from shared.core.pipeline import notify_step
-from shared.models.reranker import rerank_candidates
+from shared.models.reranker import RerankRefused, rerank_candidates
 from shared.notify.delivery import ClaimHeld, Paced, deliver
 from shared.retrieve.evidence import judge
 from shared.retrieve.hybrid import hybrid_retrieve
@@ -124,6 +125,7 @@ def rerank(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     reranker = ctx.reranker
     reason = None
     candidates = inv.candidates[:top_k]
+    note = RERANK_UNAVAILABLE
     if reranker is None:
         reason = NO_RERANK_BACKEND
     elif inv.candidates:
@@ -135,10 +137,11 @@ def rerank(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             reason = (
                 str(exc) if isinstance(exc, TracehoundError) else f"{type(exc).__name__}: {exc}"
             )
+            note = RERANK_REFUSED if isinstance(exc, RerankRefused) else RERANK_UNAVAILABLE
             log.warning("rerank.fallback", extra={"event_id": inv.event.id, "reason": reason})
             metrics.fallback("rerank")
     if reason:
-        inv = inv.noted(f"{RERANK_UNAVAILABLE} ({reason})")
+        inv = inv.noted(f"{note} ({reason})")
     # Judged on what will be shown, in the order it will be shown.
     evidence = judge(
         inv.query,

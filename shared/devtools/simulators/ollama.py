@@ -46,6 +46,9 @@ from shared.devtools.simulators._loopback import BaseHandler, LoopbackSimulator,
 from shared.index.tokens import tokenize
 
 DEFAULT_MODELS: tuple[str, ...] = ("nomic-embed-text", "qwen2.5-coder:7b", "bge-reranker-v2-m3")
+# llama-server's -ub when started as the README says (its own default is 512): the simulator
+# stands in for that server wherever tracehound runs on it (tests, demo, ``up --simulate``).
+README_UBATCH = 2048
 DEFAULT_DIM = 256
 LATENCY_KINDS: tuple[str, ...] = ("embed", "chat", "rerank")
 ANALYSIS_KEYS = frozenset(
@@ -109,10 +112,27 @@ def rerank_raw_score(query: str, document: str) -> float:
     return len(query_tokens & doc_tokens) / math.sqrt(len(doc_tokens) + 1)
 
 
+def rerank_logit(query: str, document: str) -> float:
+    """What a cross-encoder's rank head outputs for the pair: an unbounded logit, negative for
+    unrelated text, monotonic in :func:`rerank_raw_score`."""
+    return 2.0 * math.log(rerank_raw_score(query, document) + 0.05)
+
+
 def rerank_score(query: str, document: str) -> float:
-    """:func:`rerank_raw_score` squashed into ``[0, 1)`` (``raw / (1 + raw)``)."""
-    raw = rerank_raw_score(query, document)
-    return raw / (1.0 + raw)
+    """:func:`rerank_logit` through the sigmoid: the probability TEI, vLLM and the hosted
+    rerankers answer with."""
+    return 1.0 / (1.0 + math.exp(-rerank_logit(query, document)))
+
+
+_WORDS = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+def pair_tokens(query: str, document: str) -> int:
+    """Tokens of llama.cpp's rerank input ``[BOS]query[EOS][SEP]doc[EOS]``
+    (tools/server format_prompt_rerank), counted the way a WordPiece vocabulary cuts text:
+    a word in pieces of up to six characters, each punctuation mark one token."""
+    words = [*_WORDS.findall(query), *_WORDS.findall(document)]
+    return 4 + sum(max(1, math.ceil(len(w) / 6)) for w in words)
 
 
 @dataclass(frozen=True)
@@ -510,6 +530,14 @@ class _Config:
     tool_turns: list[dict[str, Any]] = field(default_factory=list)
     endless_tools: str | None = None
     tools_unsupported: str | None = None
+    # /v1/rerank as llama.cpp serves it ("llamacpp": raw logits, a pair over rerank_ubatch
+    # tokens refused), or as the hosted rerankers and vLLM do ("probability": sigmoid scores,
+    # long documents truncated). rerank_token_scale multiplies the token count (a vocabulary
+    # that cuts text finer). TEI's --max-client-batch-size.
+    rerank_flavor: str = "llamacpp"
+    rerank_ubatch: int = 512
+    rerank_token_scale: float = 1.0
+    tei_max_client_batch_size: int = 32
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -523,6 +551,10 @@ class _Config:
             "tool_turns": copy.deepcopy(self.tool_turns),
             "endless_tools": self.endless_tools,
             "tools_unsupported": self.tools_unsupported,
+            "rerank_flavor": self.rerank_flavor,
+            "rerank_ubatch": self.rerank_ubatch,
+            "rerank_token_scale": self.rerank_token_scale,
+            "tei_max_client_batch_size": self.tei_max_client_batch_size,
         }
 
 
@@ -579,6 +611,7 @@ class OllamaSimulator(LoopbackSimulator):
         chat_reply: str | None = None,
         chat_replies: Iterable[str] | None = None,
         exclusive: bool = False,
+        rerank_ubatch: int = 512,
     ) -> None:
         super().__init__(host=host, port=port)
         self._load_lock = threading.Lock()
@@ -599,6 +632,7 @@ class OllamaSimulator(LoopbackSimulator):
             chat_reply=chat_reply,
             chat_replies=list(chat_replies or []),
             exclusive=exclusive,
+            rerank_ubatch=rerank_ubatch,
         )
 
     # ------------------------------------------------------------ configuration
@@ -648,6 +682,15 @@ class OllamaSimulator(LoopbackSimulator):
         for name in ("endless_tools", "tools_unsupported"):
             if name in opts:
                 setattr(cfg, name, None if opts[name] is None else str(opts[name]))
+        if "rerank_flavor" in opts:
+            if opts["rerank_flavor"] not in ("llamacpp", "probability"):
+                raise ValueError("rerank_flavor is 'llamacpp' or 'probability'")
+            cfg.rerank_flavor = str(opts["rerank_flavor"])
+        for name in ("rerank_ubatch", "tei_max_client_batch_size"):
+            if name in opts:
+                setattr(cfg, name, max(1, int(opts[name])))
+        if "rerank_token_scale" in opts:
+            cfg.rerank_token_scale = max(0.1, float(opts["rerank_token_scale"]))
 
     @property
     def config(self) -> dict[str, Any]:
@@ -1174,17 +1217,47 @@ class OllamaSimulator(LoopbackSimulator):
         return docs
 
     def _rerank_v1(self, h: _Handler, path: str, body: dict[str, Any]) -> int:
+        """llama.cpp's /v1/rerank (and an Ollama fork's /api/rerank, built on it): every
+        query+document pair is one sequence that must fit ``n_ubatch`` tokens, else the whole
+        request fails with HTTP 500 (tools/server update_slots: "input (%d tokens) is too
+        large to process. increase the physical batch size (current batch size: %d)",
+        ERROR_TYPE_SERVER); the score is the rank head's raw output, no sigmoid (send_rerank:
+        ``res->score = embd[0]``); results sorted by score, cut to ``top_n``, with ``usage``
+        (format_response_rerank). The "probability" flavour answers like vLLM and the
+        hosted rerankers: sigmoid scores, long documents truncated."""
         ollama_shape = path == "/api/rerank"
         model = self._require_model(body, required=ollama_shape)
         query = body.get("query")
         if not isinstance(query, str):
             raise _HttpError(400, "query must be a string")
-        docs = self._documents(body.get("documents"), "documents")
+        with self._lock:
+            cfg = self._config
+            flavor, ubatch, scale = cfg.rerank_flavor, cfg.rerank_ubatch, cfg.rerank_token_scale
+        logits = flavor == "llamacpp" or ollama_shape
+        raw_docs = body.get("documents")
+        if logits and not (
+            isinstance(raw_docs, list) and raw_docs and all(isinstance(d, str) for d in raw_docs)
+        ):
+            # post_rerank: "documents" must be a non-empty array of strings.
+            message = '"documents" must be a non-empty string array'
+            error = {"code": 400, "message": message, "type": "invalid_request_error"}
+            return h.send_json(400, {"error": error})
+        docs = self._documents(raw_docs, "documents")
+        counts = [math.ceil(pair_tokens(query, d) * scale) for d in docs]
+        if logits:
+            for n in counts:
+                if n > ubatch:
+                    message = (
+                        f"input ({n} tokens) is too large to process. increase the physical "
+                        f"batch size (current batch size: {ubatch})"
+                    )
+                    error = {"code": 500, "message": message, "type": "server_error"}
+                    return h.send_json(500, {"error": error})
         if ollama_shape and model is not None:
             self._ensure_loaded(model)
         if delay := self._latency("rerank"):
             time.sleep(delay)
-        scores = [rerank_score(query, d) for d in docs]
+        scores = [rerank_logit(query, d) if logits else rerank_score(query, d) for d in docs]
         order = sorted(range(len(docs)), key=lambda i: (-scores[i], i))
         top_n = body.get("top_n")
         if isinstance(top_n, int) and not isinstance(top_n, bool) and top_n >= 0:
@@ -1195,7 +1268,7 @@ class OllamaSimulator(LoopbackSimulator):
             if body.get("return_documents"):
                 result["document"] = {"text": docs[i]}
             results.append(result)
-        tokens = len(_tokens(query)) * len(docs) + sum(len(_tokens(d)) for d in docs)
+        tokens = sum(counts)
         if ollama_shape and model is not None:
             self._after_reply(model, body)
         return h.send_json(
@@ -1203,24 +1276,33 @@ class OllamaSimulator(LoopbackSimulator):
             {
                 "id": f"rerank-sim-{time.monotonic_ns()}",
                 "model": model or "simulated-reranker",
+                "object": "list",
                 "results": results,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
             },
         )
 
     def _rerank_tei(self, h: _Handler, path: str, body: dict[str, Any]) -> int:
+        """Hugging Face TEI's /rerank (router/src/http/server.rs): empty ``texts`` is a 400
+        (ErrorType::Empty), more than ``max_client_batch_size`` (32 by default) a 422
+        (ErrorType::Validation); scores through the sigmoid unless ``raw_scores``
+        (core/src/infer.rs); a bare array sorted by score; pairs truncated (``truncate``
+        defaults to the server's --auto-truncate, true)."""
         query = body.get("query")
         if not isinstance(query, str):
             raise _HttpError(422, "query must be a string")
         texts = self._documents(body.get("texts"), "texts")
         if not texts:
-            raise _HttpError(422, "`texts` cannot be empty")
+            return h.send_json(400, {"error": "`texts` cannot be empty", "error_type": "Empty"})
+        with self._lock:
+            limit = self._config.tei_max_client_batch_size
+        if len(texts) > limit:
+            message = f"batch size {len(texts)} > maximum allowed batch size {limit}"
+            return h.send_json(422, {"error": message, "error_type": "Validation"})
         if delay := self._latency("rerank"):
             time.sleep(delay)
         raw_scores = bool(body.get("raw_scores"))
-        scores = [
-            rerank_raw_score(query, t) if raw_scores else rerank_score(query, t) for t in texts
-        ]
+        scores = [rerank_logit(query, t) if raw_scores else rerank_score(query, t) for t in texts]
         order = sorted(range(len(texts)), key=lambda i: (-scores[i], i))
         results: list[dict[str, Any]] = []
         for i in order:
@@ -1294,6 +1376,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dim", type=int, default=DEFAULT_DIM)
     parser.add_argument("--load-seconds", type=float, default=0.0)
+    parser.add_argument(
+        "--rerank-ubatch", type=int, default=512, help="llama-server's -ub (tokens a pair)"
+    )
     for kind in LATENCY_KINDS:
         parser.add_argument(f"--{kind}-latency", type=float, default=0.0, metavar="SECONDS")
     args = parser.parse_args(argv)
@@ -1307,6 +1392,7 @@ def main(argv: list[str] | None = None) -> int:
         load_seconds=args.load_seconds,
         models=[m.strip() for m in args.models.split(",") if m.strip()],
         latency=latency,
+        rerank_ubatch=args.rerank_ubatch,
     )
     return run_until_signal(sim)
 

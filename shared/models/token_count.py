@@ -1,0 +1,70 @@
+"""Tokens of a text as a model server counts them, estimated without its tokenizer.
+
+A server refuses an input over its limit (llama.cpp's ``n_ubatch`` for a rerank pair) or drops
+what does not fit (Ollama's ``num_ctx``), in tokens of a tokenizer tracehound does not have.
+The estimate counts sub-word pieces the way BPE and sentencepiece vocabularies cut code — an
+identifier's camelCase and snake_case parts at up to four letters a token, digits two a token,
+each punctuation mark and each non-ASCII character one, a line break one — so it lands above
+what real vocabularies count for code and prose. ``scale`` corrects it from what a server
+reports (an Ollama reply's ``prompt_eval_count``, llama.cpp's ``usage`` or the size it names
+in a refusal), upward only, so it never learns to be optimistic.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+
+# One piece per match: a capitalised or lower-case word part, an upper-case run (not the start
+# of a capitalised part), digits, line breaks, other white space, any other single character.
+_PIECE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+|\n+|[ \t\r\f\v]+|.", re.DOTALL)
+MAX_SCALE = 8.0
+
+
+def _cost(piece: str) -> int:
+    first = piece[0]
+    if first.isascii() and first.isalpha():
+        return math.ceil(len(piece) / 4)
+    if first.isdigit():
+        return math.ceil(len(piece) / 2)
+    if first == "\n":
+        return len(piece)
+    if first in " \t\r\f\v":
+        return 1 if len(piece) > 1 else 0  # a single space joins the next piece
+    return 1
+
+
+class TokenCount:
+    """A model server's token count of a text, estimated and scaled by what it reported."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        self.scale = scale
+        self._lock = threading.Lock()
+
+    def raw(self, text: str) -> int:
+        """The unscaled estimate."""
+        return sum(_cost(m.group()) for m in _PIECE.finditer(text))
+
+    def __call__(self, text: str) -> int:
+        return math.ceil(self.raw(text) * self.scale)
+
+    def fit(self, text: str, budget: int) -> str:
+        """The longest head of ``text`` whose estimate stays within ``budget`` tokens."""
+        if budget <= 0:
+            return ""
+        limit = budget / self.scale
+        used = 0
+        for m in _PIECE.finditer(text):
+            used += _cost(m.group())
+            if used > limit:
+                return text[: m.start()]
+        return text
+
+    def observe(self, estimated_raw: int, actual: int) -> None:
+        """A server counted ``actual`` tokens where the raw estimate said ``estimated_raw``:
+        scale up when it counted more (never down)."""
+        if estimated_raw <= 0 or actual <= 0:
+            return
+        with self._lock:
+            self.scale = min(MAX_SCALE, max(self.scale, actual / estimated_raw))
