@@ -12,6 +12,7 @@ import redis
 from celery import current_app
 from celery.signals import task_postrun, worker_process_init, worker_process_shutdown
 
+from shared.analyze.budget import Budget
 from shared.analyze.cache import AnalysisCache
 from shared.core import queues, redisconn
 from shared.core.domain import Investigation
@@ -161,16 +162,26 @@ class Clients:
         )
 
     @cached_property
-    def chat(self) -> ChatModel:
+    def _ollama_chat(self) -> OllamaChat:
         s = self.settings
-        inner = OllamaChat(
+        return OllamaChat(
             s.llm_base_url,
             s.llm_model,
             timeout=s.llm_timeout,
             num_ctx=s.llm_num_ctx,
             temperature=s.llm_temperature,
         )
-        return LeasedChat(inner, self.session(s.llm_base_url), s.llm_base_url, PRIORITY_CHAIN)
+
+    @cached_property
+    def chat(self) -> ChatModel:
+        url = self.settings.llm_base_url
+        return LeasedChat(self._ollama_chat, self.session(url), url, PRIORITY_CHAIN)
+
+    @cached_property
+    def prompt_budget(self) -> Budget:
+        """The chat model's context window, measured by its calibrated token count."""
+        chat = self._ollama_chat
+        return Budget(chat.num_ctx, chat.tokens)
 
     @cached_property
     def intake(self) -> Intake:

@@ -7,6 +7,7 @@ import hashlib
 import html
 import json
 import logging
+import math
 import secrets
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -16,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from shared.analyze.budget import Budget, fit
 from shared.analyze.code import numbered
 from shared.analyze.history import RecentChange
 from shared.analyze.tools import TOOL_NAMES, TOOL_SPECS, Toolbox
@@ -25,8 +27,10 @@ from shared.models.chat import ChatModel, ToolCall, ToolChat, ToolsUnsupported
 log = logging.getLogger(__name__)
 
 PROMPT_ERROR_MAX_CHARS = 6000
-PROMPT_CODE_MAX_CHARS = 16000
+PROMPT_CODE_MAX_CHARS = 16000  # and within the context window's room (shared/analyze/budget.py)
 PROMPT_WINDOW_MAX_CHARS = 2000  # one frame window (its numbered lines)
+TOP_MIN_TOKENS = 300  # the top candidate is shown at least this much, whatever the room
+CALL_TOKENS = 40  # one tool call the model writes, as it comes back in the conversation
 PROMPTS = (
     "analysis_system.txt",
     "analysis_user.txt",
@@ -182,48 +186,69 @@ def build_messages(
     language: str = "en",
     windows: Sequence[Candidate] = (),
     marked: Mapping[str, Sequence[int]] | None = None,
+    budget: Budget | None = None,
+    reserve: int = 0,
 ) -> list[dict[str, Any]]:
     """System and user messages for the analysis; code shares a fixed budget, best first.
 
-    Code is numbered line by line and the trace's lines are marked (shared/analyze/code.py);
-    ``windows`` (the code at frames no candidate shows) take their room first. Untrusted
-    text (the error, the code) sits inside tags whose names end in a random ``nonce``: a log
-    line saying ``</error>`` cannot close the fence and speak as the prompt.
+    Code is numbered line by line and the trace's lines are marked (shared/analyze/code.py).
+    It fills what the context window leaves (``budget``, less ``reserve`` tokens kept for
+    tool rounds) and at most PROMPT_CODE_MAX_CHARS: the top candidate first (always, cut if it
+    must be), then ``windows`` (the code at frames no candidate shows), then the others by
+    rank. Untrusted text (the error, the code) sits inside tags whose names end in a random
+    ``nonce``: a log line saying ``</error>`` cannot close the fence and speak as the prompt.
     """
     nonce = nonce or secrets.token_hex(6)
+    budget = budget or Budget()
     marked = marked or {}
     error = "\n".join(p for p in (event.message, event.stacktrace) if p.strip()) or "(empty)"
     if context := sdk_context(event):
         error = f"{error}\n\n{context}"
     if len(error) > PROMPT_ERROR_MAX_CHARS:
         error = "…[trimmed]\n" + error[-PROMPT_ERROR_MAX_CHARS:]
-    budget = PROMPT_CODE_MAX_CHARS
-    at_frames = []
+
+    def user_text(code: str) -> str:
+        return template("analysis_user.txt").substitute(
+            service=event.service,
+            exception=event.exception_type or "(unknown)",
+            error=error,
+            candidates=code or "(retrieval found no code)",
+            guidance=guidance(weak_reason, language),
+            changes=_changes_block(changes, nonce),
+            nonce=nonce,
+        )
+
+    system = template("analysis_system.txt").template
+    fixed = budget.of([{"role": "system", "content": system}, {"role": "user", "content": ""}])
+    tokens_left = budget.prompt - reserve - fixed - budget.tokens(user_text(""))
+    chars_left = PROMPT_CODE_MAX_CHARS
+    ranked: list[str] = []
+    at_frames: list[str] = []
+
+    def add(rank: int | str, cand: Candidate, most_chars: int, into: list[str]) -> None:
+        nonlocal tokens_left, chars_left
+        room = min(most_chars, chars_left, budget.chars(tokens_left))
+        block = _candidate_block(rank, cand, room, nonce, marked)
+        into.append(block)
+        tokens_left -= budget.tokens(block)
+        chars_left -= len(block)
+
+    if candidates:  # never left out: cut to what is left, or to TOP_MIN_TOKENS
+        top = min(chars_left, budget.chars(max(tokens_left, TOP_MIN_TOKENS)))
+        add(1, candidates[0], top, ranked)
     for window in windows:
-        block = _candidate_block("frame", window, PROMPT_WINDOW_MAX_CHARS, nonce, marked)
-        at_frames.append(block)
-        budget -= len(block)
-    blocks = []
-    for rank, cand in enumerate(candidates, start=1):
-        if budget <= 200:
+        if budget.chars(tokens_left) > 200 and chars_left > 200:
+            add("frame", window, PROMPT_WINDOW_MAX_CHARS, at_frames)
+    for rank, cand in enumerate(candidates[1:], start=2):
+        if budget.chars(tokens_left) <= 200 or chars_left <= 200:
             break
-        block = _candidate_block(rank, cand, budget, nonce, marked)
-        blocks.append(block)
-        budget -= len(block)
+        add(rank, cand, chars_left, ranked)
+    blocks = list(ranked)
     if at_frames:
         blocks.append("Code at the trace's other frames:\n" + "\n\n".join(at_frames))
-    user = template("analysis_user.txt").substitute(
-        service=event.service,
-        exception=event.exception_type or "(unknown)",
-        error=error,
-        candidates="\n\n".join(blocks) or "(retrieval found no code)",
-        guidance=guidance(weak_reason, language),
-        changes=_changes_block(changes, nonce),
-        nonce=nonce,
-    )
     return [
-        {"role": "system", "content": template("analysis_system.txt").template},
-        {"role": "user", "content": user},
+        {"role": "system", "content": system},
+        {"role": "user", "content": user_text("\n\n".join(blocks))},
     ]
 
 
@@ -299,11 +324,32 @@ def _served(tools: Toolbox, calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
     return out
 
 
+def tool_room(budget: Budget, tools: Toolbox, rounds: int) -> int:
+    """Tokens to keep free for ``rounds`` of tool calls: the tool instructions and specs, the
+    calls, and the results — the toolbox's budget, cut to a third of the prompt's room."""
+    fixed = (
+        budget.tokens(template("tools.txt").template)
+        + budget.tokens(json.dumps(analysis_schema()))
+        + budget.of([], TOOL_SPECS)
+        + budget.of([{"role": "user", "content": template("answer_now.txt").template}])
+        + rounds * CALLS_PER_ROUND * CALL_TOKENS
+    )
+    results = min(budget.prompt // 3, math.ceil(tools.budget / 2 * budget.count.scale))
+    tools.budget = min(tools.budget, budget.chars(results))
+    return fixed + results
+
+
 def _with_tools(
-    messages: list[dict[str, Any]], chat: ToolChat, tools: Toolbox, rounds: int
+    messages: list[dict[str, Any]],
+    chat: ToolChat,
+    tools: Toolbox,
+    rounds: int,
+    budget: Budget,
+    nonce: str,
 ) -> tuple[list[dict[str, Any]], str]:
     """Up to ``rounds`` rounds of tool calls; then, unless the model already answered with
-    valid JSON, one call with the schema as ``format`` and no tools, which must answer."""
+    valid JSON, one call with the schema as ``format`` and no tools, which must answer. Each
+    call is fitted to the context window first (shared/analyze/budget.py)."""
     convo = [*messages]
     convo[-1] = {
         **convo[-1],
@@ -314,6 +360,7 @@ def _with_tools(
         ),
     }
     for _ in range(rounds):
+        convo = fit(convo, budget, nonce, TOOL_SPECS)
         turn = chat.converse(convo, TOOL_SPECS)
         if not turn.tool_calls:
             try:
@@ -328,11 +375,12 @@ def _with_tools(
     else:
         log.info("analyze.rounds_used_up", extra={"rounds": rounds, "lookups": len(tools.lookups)})
     convo.append({"role": "user", "content": template("answer_now.txt").template})
+    convo = fit(convo, budget, nonce)
     return convo, chat.complete(convo, analysis_schema())
 
 
 def _with_requests(
-    messages: list[dict[str, Any]], chat: ChatModel, tools: Toolbox
+    messages: list[dict[str, Any]], chat: ChatModel, tools: Toolbox, budget: Budget, nonce: str
 ) -> tuple[list[dict[str, Any]], str]:
     """Models without tools: the reply may carry ``need_more`` requests, which are served
     and answered in a second call (the plain schema: no more requests)."""
@@ -341,6 +389,7 @@ def _with_requests(
         **convo[-1],
         "content": convo[-1]["content"] + "\n\n" + template("need_more.txt").template,
     }
+    convo = fit(convo, budget, nonce)
     raw = chat.complete(convo, need_more_schema())
     try:
         reply = json.loads(raw)
@@ -364,6 +413,7 @@ def _with_requests(
         {"role": "assistant", "content": raw},
         {"role": "user", "content": template("need_more_results.txt").substitute(results=results)},
     ]
+    convo = fit(convo, budget, nonce)
     return convo, chat.complete(convo, analysis_schema())
 
 
@@ -379,34 +429,52 @@ def analyze(
     marked: Mapping[str, Sequence[int]] | None = None,
     tools: Toolbox | None = None,
     rounds: int = 0,
+    budget: Budget | None = None,
 ) -> Analysis:
     """Ask the model; with ``tools`` and ``rounds``, it may look up more code first (natively,
     or by ``need_more`` requests when the model takes no tools); one repair attempt on invalid
     JSON; a degraded analysis if that fails too.
 
-    Transient model failures (timeouts, 5xx) propagate so the task can retry them.
+    Transient model failures (timeouts, 5xx) propagate so the task can retry them. Every call
+    fits ``budget``, the model's context window (default: 16384 tokens).
     """
-    messages = build_messages(
-        event,
-        candidates,
-        changes=changes,
-        weak_reason=weak_reason,
-        language=language,
-        windows=windows,
-        marked=marked,
-    )
+    budget = budget or Budget()
+    nonce = secrets.token_hex(6)
+
+    def prompt(reserve: int, shown: Sequence[Candidate] = candidates) -> list[dict[str, Any]]:
+        return build_messages(
+            event,
+            shown,
+            nonce,
+            changes=changes,
+            weak_reason=weak_reason,
+            language=language,
+            windows=windows,
+            marked=marked,
+            budget=budget,
+            reserve=reserve,
+        )
+
+    reserve = tool_room(budget, tools, rounds) if tools is not None and rounds > 0 else 0
+    if reserve and budget.prompt - reserve - budget.of(prompt(0, [])) < TOP_MIN_TOKENS:
+        # A window too small for tool rounds beside the error and the top file: one call.
+        log.info(
+            "analyze.no_room_for_tools", extra={"event_id": event.id, "num_ctx": budget.num_ctx}
+        )
+        tools, rounds, reserve = None, 0, 0
+    messages = prompt(reserve)
     schema = analysis_schema()
     if tools is None or rounds <= 0:
         raw = chat.complete(messages, schema)
     elif isinstance(chat, ToolChat):
         with chat.hold():
             try:
-                messages, raw = _with_tools(messages, chat, tools, rounds)
+                messages, raw = _with_tools(messages, chat, tools, rounds, budget, nonce)
             except ToolsUnsupported as exc:
                 log.info("analyze.no_tools", extra={"event_id": event.id, "reason": str(exc)})
-                messages, raw = _with_requests(messages, chat, tools)
+                messages, raw = _with_requests(messages, chat, tools, budget, nonce)
     else:
-        messages, raw = _with_requests(messages, chat, tools)
+        messages, raw = _with_requests(messages, chat, tools, budget, nonce)
     seen = {
         "lookups": list(tools.lookups) if tools else [],
         "read": [
@@ -425,10 +493,12 @@ def analyze(
         repair = template("repair.txt").substitute(
             problem=str(first_problem), previous=raw[:PROMPT_ERROR_MAX_CHARS]
         )
-        raw2 = chat.complete(
-            [*messages, {"role": "assistant", "content": raw}, {"role": "user", "content": repair}],
-            schema,
-        )
+        again = [
+            *messages,
+            {"role": "assistant", "content": raw},
+            {"role": "user", "content": repair},
+        ]
+        raw2 = chat.complete(fit(again, budget, nonce), schema)
         try:
             reply = parse_reply(raw2)
         except ValueError as second_problem:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import redis
 
+from shared.analyze.budget import Budget
 from shared.analyze.cache import AnalysisCache, cache_identity
 from shared.analyze.code import CodeIndex, frame_windows, trace_lines
 from shared.analyze.ground import ground
@@ -109,6 +110,7 @@ def analyze_investigation(
     history: HistoryStore | None = None,
     language: str = "en",
     code: CodeAccess | None = None,
+    budget: Budget | None = None,
 ) -> Investigation:
     """The investigation with its analysis: cached, asked of the model, or degraded.
 
@@ -176,6 +178,7 @@ def analyze_investigation(
             marked=marked,
             tools=tools,
             rounds=rounds,
+            budget=budget,
         )
     except TransientError as exc:
         if may_retry:

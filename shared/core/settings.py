@@ -86,7 +86,14 @@ class Settings(BaseSettings):
         description="Chunks one index drain embeds and stores at once (several files' worth); "
         "an error's query waits for at most one drain on the embed worker.",
     )
-    llm_num_ctx: int = Field(8192, ge=512)
+    llm_num_ctx: int = Field(
+        16384,
+        ge=2048,
+        description="The chat model's context window in tokens, sent with every call (a change "
+        "makes Ollama reload the model). Prompts are fitted to it less the reply's 2048: at "
+        "16384 the error, about 16 kB of code and the tool rounds fit; qwen2.5-coder:7b holds "
+        "32768.",
+    )
     llm_temperature: float = 0.1
     embed_url: str | None = Field(None, description="Ollama for embeddings; default ollama_url.")
     llm_url: str | None = Field(None, description="Ollama for the LLM; default ollama_url.")
@@ -297,8 +304,8 @@ class Settings(BaseSettings):
     analysis_tool_chars: int = Field(
         6000,
         ge=0,
-        description="Characters of tool results one analysis may read (about 4 per token): "
-        "it shares llm_num_ctx with the prompt, so raise both together.",
+        description="Characters of tool results one analysis may read; cut to a third of the "
+        "context window's room for the prompt when that is smaller.",
     )
     min_overlap: float = Field(
         0.2,

@@ -13,9 +13,40 @@ import httpx
 
 from shared.core.errors import PermanentError, TransientError
 from shared.models.embedder import model_missing
+from shared.models.token_count import TokenCount
 
 REPLY_MAX_TOKENS = 2048
+# A chat template's tokens around each message (Qwen's "<|im_start|>role\n … <|im_end|>\n" is
+# five), and around the tools it renders into the prompt: counted high, as the text is.
+MESSAGE_TOKENS = 8
+TOOLS_TOKENS = 80
 T = TypeVar("T")
+
+
+def runner_cut(num_ctx: int) -> int:
+    """The size Ollama's runner cuts a prompt longer than ``num_ctx`` to: num_ctx -
+    max((num_ctx - num_keep)/2, 1), num_keep being 4 and the BOS token (llm/llama_server.go
+    contextShiftPromptLimit, api/types.go DefaultOptions)."""
+    return num_ctx - max((num_ctx - 5) // 2, 1)
+
+
+def reply_tokens(num_ctx: int) -> int:
+    """The reply's share of a context window: REPLY_MAX_TOKENS, a quarter of a small one."""
+    return min(REPLY_MAX_TOKENS, num_ctx // 4)
+
+
+def prompt_tokens(
+    count: TokenCount, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+) -> int:
+    """The estimated tokens of the prompt Ollama renders from ``messages`` (and ``tools``)."""
+    total = 0
+    for m in messages:
+        total += MESSAGE_TOKENS + count(str(m.get("content") or ""))
+        if m.get("tool_calls"):
+            total += count(json.dumps(m["tool_calls"]))
+    if tools:
+        total += TOOLS_TOKENS + count(json.dumps(tools))
+    return total
 
 
 class ChatModel(Protocol):
@@ -80,14 +111,17 @@ def lc_messages(messages: list[dict[str, Any]]) -> list[Any]:
 
 
 class OllamaChat:
-    """langchain-ollama's ChatOllama with a JSON schema as ``format`` and a hard timeout."""
+    """langchain-ollama's ChatOllama with a JSON schema as ``format``, ``num_ctx`` sent on
+    every call, and a hard timeout. ``tokens`` estimates the model's token count of a prompt
+    and learns from the ``prompt_eval_count`` each reply reports."""
 
     def __init__(
         self, base_url: str, model: str, *, timeout: float, num_ctx: int, temperature: float = 0.1
     ) -> None:
         self.base_url, self.model = base_url.rstrip("/"), model
-        self._timeout, self._num_ctx, self._temperature = timeout, num_ctx, temperature
+        self._timeout, self.num_ctx, self._temperature = timeout, num_ctx, temperature
         self._llms: dict[str, Any] = {}
+        self.tokens = TokenCount(learn_down=True)
 
     def _llm(self, schema: dict[str, Any] | None) -> Any:
         key = json.dumps(schema, sort_keys=True)
@@ -100,9 +134,9 @@ class OllamaChat:
                 model=self.model,
                 base_url=self.base_url,
                 format=schema,
-                num_ctx=self._num_ctx,
+                num_ctx=self.num_ctx,
                 # A bounded reply: a model looping on whitespace cannot outlive the task.
-                num_predict=REPLY_MAX_TOKENS,
+                num_predict=reply_tokens(self.num_ctx),
                 temperature=self._temperature,
                 client_kwargs={"timeout": self._timeout},
             )
@@ -135,14 +169,32 @@ class OllamaChat:
         # One reply, not a stream: nothing reads the tokens as they come, and invoke would
         # otherwise stream them and join them again (ChatOllama streams by default).
         reply = self._call(lambda: self._llm(schema).invoke(lc_messages(messages), stream=False))
+        self._learn(messages, None, reply)
         content = reply.content
         return content if isinstance(content, str) else json.dumps(content)
+
+    def _learn(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, reply: Any
+    ) -> None:
+        """Calibrate the estimate against the tokens Ollama counted (``prompt_eval_count``).
+        A prompt the runner cut to fit comes back at the cut's exact size; it counted more
+        than the window."""
+        usage = getattr(reply, "usage_metadata", None) or {}
+        counted = usage.get("input_tokens") if isinstance(usage, dict) else None
+        if not isinstance(counted, int) or counted <= 0:
+            return
+        raw = prompt_tokens(TokenCount(), messages, tools)  # unscaled: the ratio is the scale
+        if abs(counted - runner_cut(self.num_ctx)) <= 2:
+            # The runner cut the prompt to this size: it was longer than the whole window.
+            counted = self.num_ctx + 1
+        self.tokens.observe(raw, counted)
 
     def converse(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Turn:
         """One round offering ``tools`` (no ``format``: a schema's grammar would leave the
         model no way to write a tool call)."""
         llm = self._llm(None).bind_tools(tools)
         reply = self._call(lambda: llm.invoke(lc_messages(messages), stream=False), tools=True)
+        self._learn(messages, tools, reply)
         content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
         calls = [
             ToolCall(id=str(c.get("id") or f"call_{i}"), name=c["name"], args=dict(c["args"]))

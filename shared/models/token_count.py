@@ -3,11 +3,15 @@
 A server refuses an input over its limit (llama.cpp's ``n_ubatch`` for a rerank pair) or drops
 what does not fit (Ollama's ``num_ctx``), in tokens of a tokenizer tracehound does not have.
 The estimate counts sub-word pieces the way BPE and sentencepiece vocabularies cut code — an
-identifier's camelCase and snake_case parts at up to four letters a token, digits two a token,
-each punctuation mark and each non-ASCII character one, a line break one — so it lands above
-what real vocabularies count for code and prose. ``scale`` corrects it from what a server
+identifier's camelCase and snake_case parts at up to four letters a token, each digit one
+(Qwen's and Llama 3's vocabularies split numbers),
+punctuation two marks a token (vocabularies hold ``("``, ``):``, ``->``), each non-ASCII
+character one, a line break one — so it lands above what real vocabularies count for code and
+prose. ``scale`` corrects it from what a server
 reports (an Ollama reply's ``prompt_eval_count``, llama.cpp's ``usage`` or the size it names
-in a refusal), upward only, so it never learns to be optimistic.
+in a refusal): upward only by default; with ``learn_down`` (a chat model, whose every reply
+reports its prompt) it follows the largest ratio among the last reports, so a pessimistic
+start gives back the context it would waste without ever trusting one lucky prompt.
 """
 
 from __future__ import annotations
@@ -15,11 +19,18 @@ from __future__ import annotations
 import math
 import re
 import threading
+from collections import deque
 
 # One piece per match: a capitalised or lower-case word part, an upper-case run (not the start
-# of a capitalised part), digits, line breaks, other white space, any other single character.
-_PIECE = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+|\n+|[ \t\r\f\v]+|.", re.DOTALL)
+# of a capitalised part), digits, line breaks, other white space, a run of ASCII punctuation,
+# any other single character.
+_PIECE = re.compile(
+    r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+|\n+|[ \t\r\f\v]+|[!-/:-@\[-`{-~]+|.", re.DOTALL
+)
+_PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 MAX_SCALE = 8.0
+MIN_SCALE = 0.5
+REPORTS_KEPT = 16
 
 
 def _cost(piece: str) -> int:
@@ -27,20 +38,23 @@ def _cost(piece: str) -> int:
     if first.isascii() and first.isalpha():
         return math.ceil(len(piece) / 4)
     if first.isdigit():
-        return math.ceil(len(piece) / 2)
+        return len(piece)
     if first == "\n":
         return len(piece)
     if first in " \t\r\f\v":
         return 1 if len(piece) > 1 else 0  # a single space joins the next piece
+    if first in _PUNCT:
+        return math.ceil(len(piece) / 2)
     return 1
 
 
 class TokenCount:
     """A model server's token count of a text, estimated and scaled by what it reported."""
 
-    def __init__(self, scale: float = 1.0) -> None:
+    def __init__(self, scale: float = 1.0, *, learn_down: bool = False) -> None:
         self.scale = scale
         self._lock = threading.Lock()
+        self._reports: deque[float] | None = deque(maxlen=REPORTS_KEPT) if learn_down else None
 
     def raw(self, text: str) -> int:
         """The unscaled estimate."""
@@ -63,8 +77,13 @@ class TokenCount:
 
     def observe(self, estimated_raw: int, actual: int) -> None:
         """A server counted ``actual`` tokens where the raw estimate said ``estimated_raw``:
-        scale up when it counted more (never down)."""
+        scale up when it counted more; down (``learn_down``) to the largest recent ratio."""
         if estimated_raw <= 0 or actual <= 0:
             return
+        ratio = min(MAX_SCALE, actual / estimated_raw)
         with self._lock:
-            self.scale = min(MAX_SCALE, max(self.scale, actual / estimated_raw))
+            if self._reports is None:
+                self.scale = max(self.scale, ratio)
+                return
+            self._reports.append(ratio)
+            self.scale = max(MIN_SCALE, max(self._reports))

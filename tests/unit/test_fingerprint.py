@@ -270,17 +270,17 @@ def test_ten_thousand_distinct_frames_fingerprint_fast() -> None:
     )
     trace = "Traceback (most recent call last):\n" + frames + "ValueError: deep\n"
     ev = event(trace)
-    start = time.perf_counter()
+    start = time.thread_time()
     found = fingerprint(ev)
-    assert time.perf_counter() - start < 0.5
+    assert time.thread_time() - start < 0.5
     assert len(found.frames) == 30 and found.frames[0] == "gen/mod9999:f9999"
 
 
 def test_ten_thousand_recursive_frames_fingerprint_fast() -> None:
     ev = event(_java_recursion(10_000))
-    start = time.perf_counter()
+    start = time.thread_time()
     found = fingerprint(ev)
-    assert time.perf_counter() - start < 0.5
+    assert time.thread_time() - start < 0.5
     assert found.value == fp(_java_recursion(990))
 
 

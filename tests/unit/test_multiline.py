@@ -549,8 +549,8 @@ def test_text_level_takes_the_leftmost_token() -> None:
 def test_long_pathological_lines_are_classified_quickly() -> None:
     grouper = Grouper()
     lines = ["1" * 60_000, "a1(:" * 15_000, "\tat " + "a(" * 30_000]
-    started = time.perf_counter()
+    started = time.thread_time()
     records = feed_lines(grouper, lines) + grouper.flush(0.0, force=True)
     for record in records:
         to_event(record, service="s", repo="r")
-    assert time.perf_counter() - started < 1.0  # no catastrophic regex backtracking
+    assert time.thread_time() - started < 1.0  # no catastrophic regex backtracking

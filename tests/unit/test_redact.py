@@ -298,16 +298,18 @@ def _five_mb(unit: str) -> str:
     return (unit * (5_000_000 // len(unit) + 1))[:5_000_000]
 
 
-def test_a_5mb_trace_full_of_secret_shapes_is_redacted_in_under_2s() -> None:
+def test_a_5mb_trace_full_of_secret_shapes_is_redacted_in_linear_time() -> None:
     # tracehound's hand-written rules stay linear on multi-megabyte text; the maintained
     # provider set (detect-secrets' regexes) only ever sees bounded text (next test).
     redactor = Redactor(DEFAULT_RULES)
     traces = "".join(p.read_text(encoding="utf-8") for p in _fixtures())
     secrets = " ".join(text for _, text, _ in POSITIVE)
     text = _five_mb(traces) + "\n" + secrets
-    start = time.perf_counter()
+    start = time.thread_time()
     out = redactor.redact(text)
-    assert time.perf_counter() - start < 2.0
+    # CPU seconds of this thread (other processes do not count): about 1 s here; quadratic
+    # backtracking on 5 MB would take hours. Speed itself is benchmarks/redaction.py's job.
+    assert time.thread_time() - start < 5.0
     assert "hunter2" not in out and "AKIAIOSFODNN7EXAMPLE" not in out and JWT not in out
 
 
@@ -329,9 +331,9 @@ def test_a_5mb_trace_full_of_secret_shapes_is_redacted_in_under_2s() -> None:
 )
 def test_pathological_5mb_inputs_stay_linear(unit: str) -> None:
     text = _five_mb(unit)
-    start = time.perf_counter()
+    start = time.thread_time()
     Redactor(DEFAULT_RULES).redact(text)
-    assert time.perf_counter() - start < 2.0
+    assert time.thread_time() - start < 5.0  # CPU time; linear, not a speed target
 
 
 @pytest.mark.parametrize(
@@ -343,9 +345,9 @@ def test_every_rule_on_an_event_at_its_size_limit_stays_fast(redactor: Redactor,
     """Events reach redaction bounded: a 64 kB trace, 8 kB messages and attribute strings, 6 kB
     chunks (shared/intake/events.py, shared/index/chunking.py)."""
     text = (unit * (64_000 // len(unit) + 1))[:64_000]
-    start = time.perf_counter()
+    start = time.thread_time()
     redactor.redact(text)
-    assert time.perf_counter() - start < 0.5
+    assert time.thread_time() - start < 0.5
 
 
 def test_disabled_redactor_returns_text_and_event_as_they_are() -> None:

@@ -171,7 +171,8 @@ def test_unknown_model_is_404_with_ollama_phrasing(
 ) -> None:
     response = _embed(http, sim, "hello", model="no-such-model")
     assert response.status_code == 404
-    assert response.json() == {"error": 'model "no-such-model" not found, try pulling it first'}
+    # server/routes.go (chat, generate, embed): fmt.Sprintf("model '%s' not found", ...)
+    assert response.json() == {"error": "model 'no-such-model' not found"}
     chat = http.post(
         f"{sim.url}/api/chat",
         json={"model": "nope:1b", "messages": [{"role": "user", "content": "hi"}]},
@@ -180,7 +181,7 @@ def test_unknown_model_is_404_with_ollama_phrasing(
     with pytest.raises(ollama.ResponseError) as info:
         ollama.Client(host=sim.url, verify=False).embed(model="missing", input="x")
     assert info.value.status_code == 404
-    assert "try pulling it first" in info.value.error
+    assert info.value.error == "model 'missing' not found"
     # name and name:latest are the same model, as in Ollama
     assert _embed(http, sim, "hello", model=f"{EMBED}:latest").status_code == 200
 
@@ -382,6 +383,24 @@ def test_model_loading_swaps_and_keep_alive_zero(sim: OllamaSimulator, http: htt
     assert [e["event"] for e in sim.model_events][-2:] == ["load", "unload"]
 
 
+def test_an_unload_request_for_a_model_not_loaded_loads_nothing(
+    sim: OllamaSimulator, http: httpx.Client
+) -> None:
+    """routes.go answers an empty request with keep_alive 0 at once ("unload"); the
+    scheduler's expireRunner acts on a loaded runner only, so nothing is loaded (the simulator
+    used to load the model to unload it: host-scheduling costs counted a load too many)."""
+    sim.configure(load_seconds=0.2)
+    _embed(http, sim, "a")
+    for path, empty in (("/api/generate", {"prompt": ""}), ("/api/chat", {"messages": []})):
+        started = time.perf_counter()
+        reply = http.post(f"{sim.url}{path}", json={"model": CHAT, **empty, "keep_alive": 0})
+        assert reply.json()["done_reason"] == "unload"
+        assert time.perf_counter() - started < 0.2  # no load paid
+    assert sim.loaded_model == EMBED and sim.load_count == 1 and sim.unload_count == 0
+    http.post(f"{sim.url}/api/generate", json={"model": EMBED, "keep_alive": 0})
+    assert sim.loaded_model is None and sim.unload_count == 1 and sim.load_count == 1
+
+
 def test_latency_is_applied_and_logged(sim: OllamaSimulator, http: httpx.Client) -> None:
     sim.configure(latency={"embed": 0.15})
     started = time.perf_counter()
@@ -448,7 +467,7 @@ def test_rerank_shapes_are_sorted_and_map_back_by_index(
             f"{sim.url}{path}", json={"model": "nope", "query": query, "documents": docs}
         )
         assert missing.status_code == 404
-        assert missing.json()["error"] == 'model "nope" not found, try pulling it first'
+        assert missing.json()["error"] == "model 'nope' not found"
 
 
 def test_ollama_control_endpoints(sim: OllamaSimulator, http: httpx.Client) -> None:

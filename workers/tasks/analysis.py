@@ -181,6 +181,7 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
                 budget=ctx.settings.analysis_tool_chars,
                 prior=ctx.prior,
             ),
+            budget=ctx.prompt_budget,
         )
     except TransientError as exc:
         raise retry(self, exc) from exc

@@ -126,6 +126,94 @@ def rerank_score(query: str, document: str) -> float:
 
 _WORDS = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
+# The chat model's context, as Ollama sets it. Without ``options.num_ctx`` the server picks it
+# by VRAM: below 23 GiB (a CPU, a 16 GB Mac) 4096 (server/routes.go, "Set default context
+# based on VRAM tier").
+DEFAULT_NUM_CTX = 4096
+# What the runner keeps at the head of a single prompt too long for the context: num_keep (4,
+# api/types.go DefaultOptions) plus the BOS token (llm/llama_server.go).
+NUM_KEEP = 5
+MESSAGE_TOKENS = 5  # a chat template's tokens around each message (<|im_start|>role … <|im_end|>)
+TOOLS_TOKENS = 40  # the template's instructions around the tools it renders into the prompt
+_BPE = re.compile(r"[A-Za-z]+|[0-9]|\s+|[!-/:-@\[-`{-~]+|\w|.", re.UNICODE | re.DOTALL)
+
+
+def chat_tokens(text: str) -> int:
+    """Tokens of ``text`` as a byte-pair vocabulary of a code model counts them: letters in
+    pieces of up to six, each digit one (Qwen and Llama 3 split numbers), a single space
+    none (it joins the next word), other white space one a run, punctuation in pairs
+    (``{"``, ``):``), each other character one."""
+    total = 0
+    for piece in _BPE.findall(text):
+        first = piece[0]
+        if piece == " ":
+            continue
+        if first.isascii() and first.isalpha():
+            total += math.ceil(len(piece) / 6)
+        elif first.isascii() and not first.isalnum() and not first.isspace():
+            total += math.ceil(len(piece) / 2)
+        else:
+            total += 1
+    return total
+
+
+def rendered_tokens(
+    messages: list[dict[str, Any]], tools: Any = None, *, scale: float = 1.0
+) -> int:
+    """Tokens of the prompt the chat template renders from ``messages`` (and ``tools``)."""
+    total = 0
+    for m in messages:
+        total += MESSAGE_TOKENS + chat_tokens(str(m.get("content") or ""))
+        if m.get("tool_calls"):
+            total += chat_tokens(json.dumps(m["tool_calls"]))
+    if tools:
+        total += TOOLS_TOKENS + chat_tokens(json.dumps(tools))
+    return math.ceil(total * scale)
+
+
+@dataclass(frozen=True)
+class ContextFit:
+    """What survived of a chat request in the model's context window."""
+
+    messages: list[dict[str, Any]]
+    tokens: int
+    dropped: int  # messages dropped from the front
+    cut: bool  # the last message's middle cut away by the runner
+
+
+def fit_context(
+    messages: list[dict[str, Any]], tools: Any, num_ctx: int, *, scale: float = 1.0
+) -> ContextFit:
+    """The messages the model reads, as Ollama truncates them.
+
+    server/prompt.go (chatPrompt): "truncates any messages that exceed the context window of
+    the model, making sure to always include 1) the latest message and 2) system messages" —
+    it renders the prompt from message i on (with the system messages before i kept) for
+    i = 0, 1, … and takes the first that fits ``num_ctx``, with no room kept for the reply.
+    When only the last message is left and still does not fit, the runner cuts the prompt's
+    middle, keeping NUM_KEEP tokens at the head and the tail, to numCtx - (numCtx-numKeep)/2
+    tokens (llm/llama_server.go): what precedes the tail is lost.
+    """
+    if not messages:
+        return ContextFit([], 0, 0, False)
+    last = len(messages) - 1
+    kept, tokens, dropped = messages, 0, 0
+    for i in range(len(messages)):
+        kept = [m for m in messages[:i] if m.get("role") == "system"] + messages[i:]
+        tokens = rendered_tokens(kept, tools, scale=scale)
+        dropped = i - (len(kept) - len(messages[i:]))
+        if tokens <= num_ctx or i == last:
+            break
+    if tokens <= num_ctx:
+        return ContextFit(kept, tokens, dropped, False)
+    limit = num_ctx - max((num_ctx - NUM_KEEP) // 2, 1)
+    tail = str(messages[last].get("content") or "")
+    while tail and rendered_tokens([{"content": tail}], scale=scale) > limit - NUM_KEEP:
+        tail = tail[len(tail) // 8 or 1 :]
+    survivor = {**messages[last], "content": tail}
+    # The runner keeps exactly ``limit`` tokens: NUM_KEEP of the head and the rest of the tail.
+    return ContextFit([survivor], limit, last, True)
+
 
 def pair_tokens(query: str, document: str) -> int:
     """Tokens of llama.cpp's rerank input ``[BOS]query[EOS][SEP]doc[EOS]``
@@ -484,6 +572,7 @@ class _Handler(BaseHandler):
 
     server_version = "OllamaSimulator/0"
     json_separators = (",", ":")
+    entry: dict[str, Any]  # this request's log entry
 
     def start_chunked(self, status: int, content_type: str) -> None:
         self.send_response(status)
@@ -536,6 +625,8 @@ class _Config:
     # that cuts text finer). TEI's --max-client-batch-size.
     rerank_flavor: str = "llamacpp"
     rerank_ubatch: int = 512
+    # chat_tokens times this: a vocabulary that cuts text finer than the default count.
+    chat_token_scale: float = 1.0
     rerank_token_scale: float = 1.0
     tei_max_client_batch_size: int = 32
 
@@ -554,6 +645,7 @@ class _Config:
             "rerank_flavor": self.rerank_flavor,
             "rerank_ubatch": self.rerank_ubatch,
             "rerank_token_scale": self.rerank_token_scale,
+            "chat_token_scale": self.chat_token_scale,
             "tei_max_client_batch_size": self.tei_max_client_batch_size,
         }
 
@@ -584,7 +676,13 @@ def _now_iso(t: float | None = None) -> str:
 
 
 def _not_found(model: str) -> _HttpError:
-    return _HttpError(404, f'model "{model}" not found, try pulling it first')
+    # routes.go (chat, generate, embed): fmt.Sprintf("model '%s' not found", req.Model).
+    return _HttpError(404, f"model '{model}' not found")
+
+
+def part_of(key: str, content: str) -> Any:
+    """The reply's text where a chat (``message``) or a generate (``response``) puts it."""
+    return {"role": "assistant", "content": content} if key == "message" else content
 
 
 class OllamaSimulator(LoopbackSimulator):
@@ -689,8 +787,9 @@ class OllamaSimulator(LoopbackSimulator):
         for name in ("rerank_ubatch", "tei_max_client_batch_size"):
             if name in opts:
                 setattr(cfg, name, max(1, int(opts[name])))
-        if "rerank_token_scale" in opts:
-            cfg.rerank_token_scale = max(0.1, float(opts["rerank_token_scale"]))
+        for name in ("rerank_token_scale", "chat_token_scale"):
+            if name in opts:
+                setattr(cfg, name, max(0.1, float(opts[name])))
 
     @property
     def config(self) -> dict[str, Any]:
@@ -795,6 +894,7 @@ class OllamaSimulator(LoopbackSimulator):
                 parse_error = f"invalid JSON request body: {exc}"
         model = body.get("model") if isinstance(body, dict) else None
         entry: dict[str, Any] = {
+            "context": None,
             "t": received,
             "t_end": None,
             "method": h.command,
@@ -806,6 +906,7 @@ class OllamaSimulator(LoopbackSimulator):
         with self._lock:
             self._record(entry)
             fault = self._take_fault(path)
+        h.entry = entry
 
         def complete(status: int) -> None:
             with self._lock:
@@ -1067,9 +1168,37 @@ class OllamaSimulator(LoopbackSimulator):
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             raise _HttpError(400, "messages must be a list of {role, content} objects")
         tools = body.get("tools")
+        messages = self._in_context(h, body, messages, tools)
         if tools and messages:
             return self._with_tools(h, body, model, messages)
         return self._complete(h, body, model, messages, key="message")
+
+    def _in_context(
+        self, h: _Handler, body: dict[str, Any], messages: list[dict[str, Any]], tools: Any
+    ) -> list[dict[str, Any]]:
+        """What the model reads of ``messages`` (fit_context); the request log's entry gets
+        ``context``: num_ctx, prompt tokens, messages dropped, and whether the last was cut."""
+        options = body.get("options") if isinstance(body.get("options"), dict) else {}
+        num_ctx = options.get("num_ctx") if isinstance(options, dict) else None
+        if not isinstance(num_ctx, int) or isinstance(num_ctx, bool) or num_ctx < 1:
+            num_ctx = DEFAULT_NUM_CTX
+        truncate = body.get("truncate")
+        with self._lock:
+            scale = self._config.chat_token_scale
+        fitted = fit_context(messages, tools, num_ctx, scale=scale)
+        if truncate is False and (fitted.dropped or fitted.cut):
+            # routes.go: with truncate false nothing is dropped; the runner refuses a prompt
+            # longer than its context.
+            raise _HttpError(400, "the input length exceeds the context length")
+        with self._lock:
+            h.entry["context"] = {
+                "num_ctx": num_ctx,
+                "prompt_tokens": fitted.tokens,
+                "dropped": fitted.dropped,
+                "cut": fitted.cut,
+            }
+            h.entry["prompt_tokens"] = fitted.tokens
+        return fitted.messages
 
     def _with_tools(
         self, h: _Handler, body: dict[str, Any], model: str, messages: list[dict[str, Any]]
@@ -1111,6 +1240,7 @@ class OllamaSimulator(LoopbackSimulator):
             if system:
                 messages.append({"role": "system", "content": str(system)})
             messages.append({"role": "user", "content": str(prompt)})
+        messages = self._in_context(h, body, messages, None)
         return self._complete(h, body, model, messages, key="response")
 
     def _complete(
@@ -1124,6 +1254,15 @@ class OllamaSimulator(LoopbackSimulator):
         tool_calls: list[dict[str, Any]] | None = None,
     ) -> int:
         started = time.perf_counter()
+        if not messages and _keep_alive_zero(body.get("keep_alive")):
+            # routes.go: "expire the runner if unload is requested (empty prompt, keep alive
+            # is 0)" — sched.go expireRunner acts only on a loaded runner: nothing is loaded.
+            self._after_reply(model, body)
+            return h.send_json(
+                200,
+                {"model": model, "created_at": _now_iso(), key: part_of(key, ""),
+                 "done": True, "done_reason": "unload"},
+            )  # fmt: skip
         load_ns = self._ensure_loaded(model)
 
         def part(content: str, calls: list[dict[str, Any]] | None = None) -> Any:
@@ -1134,8 +1273,7 @@ class OllamaSimulator(LoopbackSimulator):
                 message["tool_calls"] = calls
             return message
 
-        if not messages:  # load (or, with keep_alive 0, unload) only
-            unload = _keep_alive_zero(body.get("keep_alive"))
+        if not messages:  # a load only (routes.go: done_reason "load")
             self._after_reply(model, body)
             return h.send_json(
                 200,
@@ -1144,7 +1282,7 @@ class OllamaSimulator(LoopbackSimulator):
                     "created_at": _now_iso(),
                     key: part(""),
                     "done": True,
-                    "done_reason": "unload" if unload else "load",
+                    "done_reason": "load",
                 },
             )
 
@@ -1158,7 +1296,8 @@ class OllamaSimulator(LoopbackSimulator):
                 else latency.get("chat", 0.0)
             )
         pieces = [content[i : i + _PIECE_CHARS] for i in range(0, len(content), _PIECE_CHARS)]
-        prompt_tokens = sum(len(_tokens(str(m.get("content") or ""))) for m in messages)
+        with self._lock:  # llama_server.go: cache_n + prompt_n, the prompt after truncation
+            prompt_tokens = int(h.entry.get("prompt_tokens") or 0)
 
         def final() -> dict[str, Any]:
             total = int((time.perf_counter() - started) * 1e9)
