@@ -184,3 +184,21 @@ def test_an_unload_request_is_answered_without_loading(ollama: OllamaSimulator) 
     assert ollama.load_count == 0 and ollama.loaded_model is None
     [request] = ollama.requests_to("/api/generate")
     assert json.loads(json.dumps(request["body"])) == {"model": CHAT, "keep_alive": 0}
+
+
+def test_embeddings_match_what_langchain_ollama_gets_for_the_same_texts(
+    ollama: OllamaSimulator,
+) -> None:
+    """/api/embed {model, input: [...]} answers vectors in input order: tracehound's httpx
+    embedder and langchain-ollama's OllamaEmbeddings (the ollama client) read the same."""
+    from langchain_ollama import OllamaEmbeddings
+
+    from shared.models.embedder import OllamaEmbedder
+
+    ollama.configure(models=[CHAT, "nomic-embed-text"])
+    texts = ["search_document: def total(order): ...", "search_document: class Cart: ..."]
+    ours = OllamaEmbedder(ollama.url, "nomic-embed-text").embed(texts)
+    theirs = OllamaEmbeddings(model="nomic-embed-text", base_url=ollama.url).embed_documents(texts)
+    assert ours == theirs and len(ours) == 2
+    bodies = [r["body"] for r in ollama.requests_to("/api/embed")]
+    assert all(b["model"] == "nomic-embed-text" and b["input"] == texts for b in bodies)
