@@ -262,6 +262,7 @@ def index(
     from shared.core.pipeline import sender_app
     from shared.index.history import HistoryBounds
     from shared.index.reindex import index_repository
+    from shared.intake.redact import Redactor
 
     if not path.is_dir():
         err.print(
@@ -289,6 +290,9 @@ def index(
             on_total=lambda n: progress.update(task, total=n),
             on_done=lambda n: progress.advance(task, n),
             history=HistoryBounds.from_settings(settings) if settings.history else None,
+            redact=Redactor.from_settings(
+                settings.redact, settings.redact_extra, settings.redact_disable
+            ).redact,
         )
     reasons = ", ".join(f"{n} {r}" for r, n in report.skip_reasons().items()) or "none"
     out.print(

@@ -69,6 +69,7 @@ from shared.index.sources import (
     read_source,
     walk,
 )
+from shared.intake.redact import Redactor
 from shared.notify.owners import read_codeowners
 
 log = logging.getLogger(__name__)
@@ -298,6 +299,10 @@ class Watcher:
         self._observer: BaseObserver | None = None
         self._thread: threading.Thread | None = None
         self._handler = _Handler(self._on_event)
+        # Files go out redacted, as the worker would store them: chunk ids compared on
+        # reconcile are the worker's, and no secret sits in the queue.
+        s = settings
+        self._redact = Redactor.from_settings(s.redact, s.redact_extra, s.redact_disable).redact
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -476,7 +481,9 @@ class Watcher:
         cached = self._local.get(rel)
         if cached is not None and cached.stat == stat:
             return None, cached
-        got = read_source(self.root, rel, max_bytes=self.settings.max_file_bytes)
+        got = read_source(
+            self.root, rel, max_bytes=self.settings.max_file_bytes, redact=self._redact
+        )
         if isinstance(got, Skipped):
             return None, got
         chunks = chunk_file(
@@ -518,7 +525,9 @@ class Watcher:
                 self._local[rel] = local  # touched, not changed
                 continue
             if text is None:  # the stat matched the cache but the index may be behind
-                got = read_source(self.root, rel, max_bytes=self.settings.max_file_bytes)
+                got = read_source(
+                    self.root, rel, max_bytes=self.settings.max_file_bytes, redact=self._redact
+                )
                 if isinstance(got, Skipped):
                     continue
                 text = got
@@ -620,7 +629,9 @@ class Watcher:
                     self._known.add(rel)
                 continue
             if text is None:
-                got = read_source(self.root, rel, max_bytes=self.settings.max_file_bytes)
+                got = read_source(
+                    self.root, rel, max_bytes=self.settings.max_file_bytes, redact=self._redact
+                )
                 if isinstance(got, Skipped):
                     continue
                 text = got

@@ -8,13 +8,18 @@ it reads "[not in the retrieved code]"; a hypothesis whose every piece of eviden
 keeps its words but loses its confidence. Line numbers are checked against the numbered lines
 it was shown: a range is cut to the shown lines it overlaps, and one outside all of them is
 moved onto the file's best shown range. A suggested
-fix that downloads and runs a script (``curl … | sh``) is withheld, not presented as the fix.
+fix that downloads and runs a script (``curl … | sh``) is withheld, not presented as the fix,
+and the command is withheld wherever else the reply repeats it.
+
+The reply is the model's own words, and a model repeats what it read or knows: every text of
+it (summary, causes, evidence, fix, reasons, lookups, the raw reply of a failed one) is
+redacted before anyone sees it (``redacted_reply``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from shared.core.domain import Analysis, Candidate, FileRef, Hypothesis
@@ -32,6 +37,7 @@ WITHHELD_FIX = (
     "(withheld: the model suggested downloading and running a script; check the analysis "
     "against the code yourself)"
 )
+WITHHELD_COMMAND = "[withheld: a command that downloads and runs a script]"
 
 
 @dataclass(frozen=True)
@@ -129,12 +135,14 @@ def ground(analysis: Analysis, candidates: Sequence[Candidate]) -> Grounded:
     if _DOWNLOAD_AND_RUN.search(fix):
         fix = WITHHELD_FIX
         notes.append("analysis: a suggested fix that downloads and runs a script was withheld")
+    hypotheses = [h.model_copy(update={"cause": _withheld(h.cause)}) for h in hypotheses]
+    files = [f.model_copy(update={"reason": _withheld(f.reason)}) for f in files]
     confidence = analysis.confidence
     if dropped:
         confidence = min(confidence, max((h.confidence for h in hypotheses), default=0.0))
     grounded = analysis.model_copy(
         update={
-            "summary": _scrub(analysis.summary, unique),
+            "summary": _withheld(_scrub(analysis.summary, unique)),
             "relevant_files": files,
             "hypotheses": hypotheses,
             "suggested_fix": fix,
@@ -142,3 +150,31 @@ def ground(analysis: Analysis, candidates: Sequence[Candidate]) -> Grounded:
         }
     )
     return Grounded(grounded, notes)
+
+
+def _withheld(text: str) -> str:
+    """``text`` without any command that downloads and runs a script."""
+    return _DOWNLOAD_AND_RUN.sub(WITHHELD_COMMAND, text)
+
+
+def redacted_reply(analysis: Analysis, redact: Callable[[str], str]) -> Analysis:
+    """Every text of the model's reply redacted: what it quotes of the code or the error,
+    and what it makes up or knows, is shown only as redaction markers."""
+    return analysis.model_copy(
+        update={
+            "summary": redact(analysis.summary),
+            "hypotheses": [
+                h.model_copy(
+                    update={"cause": redact(h.cause), "evidence": [redact(e) for e in h.evidence]}
+                )
+                for h in analysis.hypotheses
+            ],
+            "suggested_fix": redact(analysis.suggested_fix),
+            "relevant_files": [
+                f.model_copy(update={"reason": redact(f.reason)}) for f in analysis.relevant_files
+            ],
+            "lookups": [redact(x) for x in analysis.lookups],
+            "degraded_reason": redact(analysis.degraded_reason or "") or analysis.degraded_reason,
+            "raw_text": redact(analysis.raw_text) if analysis.raw_text else analysis.raw_text,
+        }
+    )

@@ -14,7 +14,7 @@ import redis
 from shared.analyze.budget import Budget
 from shared.analyze.cache import AnalysisCache, cache_identity
 from shared.analyze.code import CodeIndex, frame_windows, trace_lines
-from shared.analyze.ground import ground
+from shared.analyze.ground import ground, redacted_reply
 from shared.analyze.history import (
     Recorded,
     cited_history,
@@ -59,13 +59,16 @@ def lookups_note(analysis: Analysis) -> str | None:
     return f"analysis: looked up: {shown}" + (f" and {more} more" if more > 0 else "")
 
 
-def with_analysis(inv: Investigation, analysis: Analysis) -> Investigation:
+def with_analysis(
+    inv: Investigation, analysis: Analysis, redact: Callable[[str], str]
+) -> Investigation:
     """The investigation with the analysis held to the code it was shown (its footnotes say
-    what was dropped)."""
+    what was dropped), every text of it redacted."""
     if analysis.degraded:
         log.warning(
             "analyze.degraded", extra={"event_id": inv.event.id, "reason": analysis.degraded_reason}
         )
+    analysis = redacted_reply(analysis, redact)
     grounded = ground(analysis, inv.candidates)
     looked = lookups_note(analysis)
     notes = [*inv.notes, *([looked] if looked else []), *grounded.notes]
@@ -142,7 +145,7 @@ def analyze_investigation(
     )
     if cached is not None:
         # Same group, model, prompt and code as an earlier analysis: it would say the same.
-        return with_history(with_analysis(inv.noted(REUSED_NOTE), cached), recorded, redact)
+        return with_history(with_analysis(inv.noted(REUSED_NOTE), cached, redact), recorded, redact)
     try:
         # Code can hold secrets too (a config default, a test fixture): the LLM reads it
         # redacted (retrieval redacts already; this covers any other caller).
@@ -187,4 +190,4 @@ def analyze_investigation(
     except PermanentError as exc:
         analysis = degraded(f"LLM failed: {exc}", model=chat.model)
     cache.put(identity, analysis)
-    return with_history(with_analysis(inv, analysis), recorded, redact)
+    return with_history(with_analysis(inv, analysis, redact), recorded, redact)

@@ -33,12 +33,19 @@ def plan_file(
     settings: Settings,
     vectors: VectorIndex,
     corpus: RedisCorpus,
+    redact: Callable[[str], str] = str,
 ) -> FilePlan:
-    """Chunks already present in both indexes are skipped: unchanged text costs no embedding."""
+    """Chunks already present in both indexes are skipped: unchanged text costs no embedding.
+
+    The file is ``redact``-ed whole before it is chunked (redaction keeps its lines): a key
+    block across a chunk boundary goes whole, and what is stored — chunk texts in Redis and
+    Chroma, and so every excerpt later shown to the reranker, the model or Slack — and what is
+    embedded is the redacted text.
+    """
     chunks = chunk_file(
         repo,
         path,
-        text,
+        redact(text),
         size=settings.chunk_lines,
         overlap=settings.chunk_overlap,
         max_chars=settings.chunk_max_chars,
@@ -64,16 +71,12 @@ def store_chunks(
     vectors: VectorIndex,
     corpus: RedisCorpus,
     document_prefix: str = "",
-    redact: Callable[[str], str] = str,
 ) -> int:
     """Embed (batched) and write to Chroma first, then BM25: a chunk in BM25 is always in both.
-
-    What goes to the embedding model is ``redact``-ed: a secret in the source never leaves the
-    process (the indexes themselves are tracehound's own and keep the text as it is).
-    """
+    The chunks come redacted from ``plan_file``."""
     if not chunks:
         return 0
-    embedded = embedder.embed([document_prefix + redact(embedding_text(c)) for c in chunks])
+    embedded = embedder.embed([document_prefix + embedding_text(c) for c in chunks])
     vectors.upsert(repo, chunks, embedded)
     corpus.add(repo, chunks)
     return len(chunks)

@@ -52,13 +52,16 @@ class IndexReport:
 NOT_SOURCE = "not a source file"
 
 
-def collect(root: Path, *, max_bytes: int, report: IndexReport) -> Iterator[SourceFile]:
-    """Indexable files under ``root``; every skipped one is logged and reported with a reason."""
+def collect(
+    root: Path, *, max_bytes: int, report: IndexReport, redact: Callable[[str], str] = str
+) -> Iterator[SourceFile]:
+    """Indexable files under ``root``, ``redact``-ed; every skipped one is logged and
+    reported with a reason."""
     for rel in walk(root):
         if language_of(rel) is None:
             report.skipped.append(Skipped(rel, NOT_SOURCE))
             continue
-        got = read_source(root, rel, max_bytes=max_bytes)
+        got = read_source(root, rel, max_bytes=max_bytes, redact=redact)
         if isinstance(got, Skipped):
             log.info("index.skip", extra={"path": rel, "reason": got.reason})
             report.skipped.append(got)
@@ -89,8 +92,10 @@ def index_repository(
     on_total: Callable[[int], None] = lambda n: None,
     on_done: Callable[[int], None] = lambda n: None,
     history: HistoryBounds | None = HistoryBounds(),  # noqa: B008 (frozen)
+    redact: Callable[[str], str] = str,
 ) -> IndexReport:
     """Send every indexable file to the index queue, wait for all, then prune deleted files.
+    Files go out ``redact``-ed (the index worker redacts what it is sent in any case).
 
     With ``history``, the checkout's commit and its files' recent git history are read while
     the workers index, and recorded (shared/index/history.py); a tree that is not a git
@@ -98,7 +103,7 @@ def index_repository(
     if not root.is_dir():
         raise PermanentError(f"index path {str(root)!r} does not exist or is not a directory")
     report = IndexReport(repo)
-    files = list(collect(root, max_bytes=max_bytes, report=report))
+    files = list(collect(root, max_bytes=max_bytes, report=report, redact=redact))
     on_total(len(files))
     pending: list[tuple[AsyncResult, int, list[str]]] = []
     for batch in batches(iter(files)):

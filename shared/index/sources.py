@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,8 +62,11 @@ def decode(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
-def read_source(root: Path, relpath: str, *, max_bytes: int) -> SourceFile | Skipped:
-    """One file as text, or why it was skipped. Never reads outside ``root``."""
+def read_source(
+    root: Path, relpath: str, *, max_bytes: int, redact: Callable[[str], str] = str
+) -> SourceFile | Skipped:
+    """One file as text, or why it was skipped. Never reads outside ``root``. The text is
+    ``redact``-ed whole (a producer sends no secret on; redaction keeps the file's lines)."""
     full = (root / relpath).resolve()
     if not full.is_relative_to(root.resolve()):
         return Skipped(relpath, "outside repository root")
@@ -79,7 +82,7 @@ def read_source(root: Path, relpath: str, *, max_bytes: int) -> SourceFile | Ski
     text = decode(raw)
     if why := generated_reason(relpath, text):
         return Skipped(relpath, why)
-    return SourceFile(relpath, text, hashlib.sha256(raw).hexdigest())
+    return SourceFile(relpath, redact(text), hashlib.sha256(raw).hexdigest())
 
 
 def gitignore_spec(root: Path) -> pathspec.PathSpec:

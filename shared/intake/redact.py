@@ -22,7 +22,11 @@ Decisions worth knowing:
 - A value longer than the key-value grammar allows is still removed whole (possessive repeats,
   no upper bound), so redaction never leaves a secret's tail behind.
 - A PEM private key is removed whole, BEGIN to END; when the text was cut before END, the BEGIN
-  line and the base64 lines after it are removed.
+  line and the base64 lines after it are removed. Three or more lines of bare base64 (a key's
+  body kept without its BEGIN line, in YAML or a fixture) go too.
+- A match that spans lines is replaced by its marker followed by as many line breaks: a
+  redacted file keeps its line numbers, so chunks, frames and citations still point at the
+  right lines.
 """
 
 from __future__ import annotations
@@ -150,8 +154,22 @@ _PRIVATE_KEY = re.compile(
     r")"
 )
 
+# Lines of nothing but base64 (quoted or indented), three or more in a row: a key's body.
+_KEY_BODY = re.compile(
+    r"^[ \t]*+[\"']?+[A-Za-z0-9+/]{40,100}+={0,2}+[\"']?+,?+[ \t]*+"
+    r"(?:\r?\n[ \t]*+[\"']?+[A-Za-z0-9+/]{40,100}+={0,2}+[\"']?+,?+[ \t]*+){2,}+$",
+    re.MULTILINE,
+)
+
 DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("private_key", _PRIVATE_KEY, marker("private_key"), ("private key",)),
+    Rule(
+        "key_body",
+        _KEY_BODY,
+        marker("key_body"),
+        # a line break, then 40 base64 characters: a cheap, linear search
+        prefilter=re.compile(r"\n[ \t]*+[\"']?+[A-Za-z0-9+/]{40}"),
+    ),
     # scheme://user:password@host -> keep scheme, user and host
     Rule(
         "url_password",
@@ -307,6 +325,20 @@ def all_rules() -> tuple[Rule, ...]:
     return (*specific, *OWN_RULES, *detect_secrets_rules(), *generic, ENTROPY_RULE)
 
 
+def _keeping_lines(
+    replacement: str | Callable[[re.Match[str]], str],
+) -> Callable[[re.Match[str]], str]:
+    """``replacement`` followed by the line breaks of the text it replaces, so that redaction
+    never moves a line."""
+
+    def replace(m: re.Match[str]) -> str:
+        out = m.expand(replacement) if isinstance(replacement, str) else replacement(m)
+        lost = m.group().count("\n") - out.count("\n")
+        return out + "\n" * lost if lost > 0 else out
+
+    return replace
+
+
 class Redactor:
     """Applies redaction rules, in order, to text and to error events."""
 
@@ -331,6 +363,7 @@ class Redactor:
         self._attribute_keys = tuple(
             (name, pattern) for name, pattern in _SECRET_ATTRIBUTE_KEYS if name in names
         )
+        self._subs = tuple(_keeping_lines(rule.replacement) for rule in self.rules)
 
     @classmethod
     def from_settings(
@@ -372,7 +405,10 @@ class Redactor:
             rule = self.rules[i]
             if rule.prefilter is not None and not rule.prefilter.search(text):
                 continue
-            text = rule.pattern.sub(rule.replacement, text)
+            done = rule.pattern.sub(rule.replacement, text)
+            if len(done) != len(text) and done.count("\n") != text.count("\n"):
+                done = rule.pattern.sub(self._subs[i], text)  # a match spanned lines: keep them
+            text = done
         return text
 
     def redact_event(self, event: ErrorEvent) -> ErrorEvent:

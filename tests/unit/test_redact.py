@@ -168,13 +168,14 @@ POSITIVE = [
     (
         "private_key",
         f"key = '''-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}-----END RSA PRIVATE KEY-----'''\nok",
-        "key = '''[REDACTED:private_key]'''\nok",
+        # redaction keeps the lines: the block's three line breaks follow its marker
+        "key = '''[REDACTED:private_key]\n\n\n'''\nok",
     ),
     (
         "private_key",
         f"-----BEGIN PRIVATE KEY-----\n{PEM_BODY}…[4000 bytes trimmed by tracehound]…\n"
         '  File "/srv/app/x.py", line 3, in f',
-        "[REDACTED:private_key]\n…[4000 bytes trimmed by tracehound]…\n"
+        "[REDACTED:private_key]\n\n\n…[4000 bytes trimmed by tracehound]…\n"
         '  File "/srv/app/x.py", line 3, in f',
     ),
     (
@@ -186,6 +187,12 @@ POSITIVE = [
         "private_key",
         "PEM=-----BEGIN OPENSSH PRIVATE KEY----- b3BlbnNzaC1rZXktdjEAAAAA BG5vbmUAAAAE",
         "PEM=[REDACTED:private_key]",
+    ),
+    (
+        "key_body",  # a key's body kept without its BEGIN line
+        f"signing:\n  key: |\n{''.join('    ' + line + chr(10) for line in PEM_BODY.split())}"
+        f"    {PEM_BODY.split()[0]}\nport: 8080",
+        "signing:\n  key: |\n[REDACTED:key_body]\n\n\nport: 8080",
     ),
     ("email", "user alice.smith+shop@example.co.uk not found", "user [REDACTED:email] not found"),
     ("email", "smtp: 550 <bob@mail.example.com>", "smtp: 550 <[REDACTED:email]>"),
@@ -404,3 +411,42 @@ def test_redact_event_covers_message_trace_and_nested_attributes() -> None:
     }
     assert event.attributes["password"] == "hunter2"  # the input is not mutated
     assert Redactor().redact_event(out) == out
+
+
+# -------------------------------------------------------------- whole files, kept lines
+
+
+def _key_block(lines: int) -> str:
+    import base64
+    import random
+
+    rng = random.Random(3)
+    body = [base64.b64encode(rng.randbytes(48)).decode() for _ in range(lines)]
+    return "\n".join(["-----BEGIN RSA PRIVATE KEY-----", *body, "-----END RSA PRIVATE KEY-----"])
+
+
+def test_a_key_block_across_a_chunk_boundary_is_redacted_whole_with_the_file(
+    redactor: Redactor,
+) -> None:
+    """Chunk by chunk, the chunk holding the END line lost the BEGIN line that the key rule
+    needed, and 20 of 26 key lines went out raw. Redacting the file before chunking takes the
+    block whole, and keeps every line where it was."""
+    from shared.index.chunking import chunk_file
+
+    block = _key_block(24)
+    config = (
+        "\n".join(f"setting_{i}: {i}" for i in range(50))
+        + f"\nsigning_key: |\n{block}\n"
+        + "\n".join(f"after_{i}: {i}" for i in range(30))
+    )
+    secret_lines = block.splitlines()[1:-1]
+    redacted = redactor.redact(config)
+    chunks = chunk_file("r", "conf/app.yaml", redacted)
+    assert len(chunks) >= 2
+    assert not any(line in c.text for c in chunks for line in secret_lines)
+    assert redacted.count("\n") == config.count("\n")
+    original = config.splitlines()
+    for chunk in chunks:  # every unredacted line is where it was
+        for n, line in enumerate(chunk.text.splitlines(), start=chunk.start_line):
+            if "REDACTED" not in line and line:
+                assert original[n - 1] == line

@@ -187,7 +187,8 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         raise retry(self, exc) from exc
     except SoftTimeLimitExceeded:
         limit = q.TIME_LIMITS[q.ANALYZE] - 10
-        done = with_analysis(inv, degraded(f"LLM took longer than {limit}s", model=ctx.chat.model))
+        slow = degraded(f"LLM took longer than {limit}s", model=ctx.chat.model)
+        done = with_analysis(inv, slow, ctx.redactor.redact)
     if done.analysis is not None and done.analysis.degraded:
         metrics.fallback("analyze")
     try:

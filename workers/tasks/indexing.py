@@ -45,6 +45,7 @@ def _index(task: Any, repo: str, files: list[dict[str, str]]) -> dict[str, Any]:
                 settings=ctx.settings,
                 vectors=ctx.vectors,
                 corpus=ctx.corpus,
+                redact=ctx.redactor.redact,
             )
             for f in files
         ]
@@ -97,7 +98,6 @@ def _store(repo: str, chunks: list[Chunk]) -> int:
         vectors=ctx.vectors,
         corpus=ctx.corpus,
         document_prefix=ctx.settings.embed_document_prefix,
-        redact=ctx.redactor.redact,
     )
 
 

@@ -627,6 +627,9 @@ class _Config:
     rerank_ubatch: int = 512
     # chat_tokens times this: a vocabulary that cuts text finer than the default count.
     chat_token_scale: float = 1.0
+    # A model that repeats what it read: every line of the prompt and the tool results that
+    # matches this regex is quoted in the analysis' summary, causes and suggested fix.
+    quote: str | None = None
     rerank_token_scale: float = 1.0
     tei_max_client_batch_size: int = 32
 
@@ -646,6 +649,7 @@ class _Config:
             "rerank_ubatch": self.rerank_ubatch,
             "rerank_token_scale": self.rerank_token_scale,
             "chat_token_scale": self.chat_token_scale,
+            "quote": self.quote,
             "tei_max_client_batch_size": self.tei_max_client_batch_size,
         }
 
@@ -673,6 +677,28 @@ def _keep_alive_zero(value: Any) -> bool:
 def _now_iso(t: float | None = None) -> str:
     moment = datetime.fromtimestamp(time.time() if t is None else t, UTC)
     return moment.isoformat().replace("+00:00", "Z")
+
+
+def _quoting(reply: Any, messages: list[dict[str, Any]], quote: str | None) -> Any:
+    """An analysis that quotes every line it read matching ``quote`` (a model repeating its
+    prompt) in its summary, causes and fix."""
+    if quote is None or not isinstance(reply, dict) or "summary" not in reply:
+        return reply
+    pattern = re.compile(quote)
+    lines = [
+        line.strip()
+        for m in messages
+        if m.get("role") in ("user", "tool")
+        for line in str(m.get("content") or "").splitlines()
+        if pattern.search(line)
+    ]
+    if not lines:
+        return reply
+    quoted = dict(reply)
+    quoted["summary"] = "Quoting what I read: " + " | ".join(lines)[:1500]
+    quoted["suggested_fix"] = "\n".join(lines)
+    quoted["hypotheses"] = [{"cause": line, "confidence": 0.5, "evidence": []} for line in lines]
+    return quoted
 
 
 def _not_found(model: str) -> _HttpError:
@@ -777,7 +803,7 @@ class OllamaSimulator(LoopbackSimulator):
             if not ok:
                 raise TypeError("tool_turns items are {match, tool_calls: [...]}")
             cfg.tool_turns = copy.deepcopy(turns)
-        for name in ("endless_tools", "tools_unsupported"):
+        for name in ("endless_tools", "tools_unsupported", "quote"):
             if name in opts:
                 setattr(cfg, name, None if opts[name] is None else str(opts[name]))
         if "rerank_flavor" in opts:
@@ -1151,10 +1177,14 @@ class OllamaSimulator(LoopbackSimulator):
             user_texts[-1] if user_texts else "",
         )
         ctx = parse_prompt(prompt)
+        with self._lock:
+            quote = self._config.quote
         if isinstance(fmt, Mapping):
-            return json.dumps(schema_reply(fmt, ctx), ensure_ascii=False)
+            return json.dumps(_quoting(schema_reply(fmt, ctx), messages, quote), ensure_ascii=False)
         if fmt == "analysis":  # offered tools, asked in the prompt for the analysis as JSON
-            return json.dumps(simulated_analysis(ctx), ensure_ascii=False)
+            return json.dumps(
+                _quoting(simulated_analysis(ctx), messages, quote), ensure_ascii=False
+            )
         if fmt == "json":
             return json.dumps({"response": "simulated"})
         return plain_analysis(ctx)
