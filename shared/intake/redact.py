@@ -122,10 +122,11 @@ def _kv_replacement(name: str) -> str:
     return r"\g<pre>\g<eq>\g<dq>\g<sq>" + marker(name) + r"\g<eq>\g<dq>\g<sq>"
 
 
-# "password" is unambiguous even glued to a prefix (PGPASSWORD); "pwd" must start a word.
+# "password" is unambiguous even glued to a prefix (PGPASSWORD); "pwd" and "pass" must start a
+# word or a camelCase hump (smtp_pass, DB_PASS, dbPass; not bypass, compass or passport).
 _PASSWORD_KEYS = (
     r"[Pp](?:(?i:ass(?:w(?:or)?d|phrase))(?:[_-]?(?i:confirm(?:ation)?))?"
-    r"|(?:(?<![A-Za-z0-9][Pp])|(?<=[a-z]P))(?i:wd))" + _END
+    r"|(?:(?<![A-Za-z0-9][Pp])|(?<=[a-z]P))(?i:wd|ass))" + _END
 )
 _SECRET_KEYS = (
     "(?:"

@@ -450,3 +450,24 @@ def test_a_key_block_across_a_chunk_boundary_is_redacted_whole_with_the_file(
         for n, line in enumerate(chunk.text.splitlines(), start=chunk.start_line):
             if "REDACTED" not in line and line:
                 assert original[n - 1] == line
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("smtp_pass: s3cr3t-Value", "smtp_pass: "),
+        ("DB_PASS=hunter2x", "DB_PASS="),
+        ("dbPass = 'x9y8z7'", "dbPass = '"),
+        ("pass: ab12", "pass: "),
+    ],
+)
+def test_a_pass_key_is_a_password_key(redactor: Redactor, text: str, kept: str) -> None:
+    out = redactor.redact(text)
+    assert out.startswith(kept) and "[REDACTED:password]" in out
+
+
+@pytest.mark.parametrize(
+    "text", ["bypass=cache_hit", "compass: north", "passport_number=ok", "tests pass: all green"]
+)
+def test_words_that_end_or_start_with_pass_are_not_keys(redactor: Redactor, text: str) -> None:
+    assert redactor.redact(text) == text
