@@ -21,7 +21,15 @@ from shared.analyze.budget import Budget, fit
 from shared.analyze.code import numbered
 from shared.analyze.history import RecentChange
 from shared.analyze.tools import TOOL_NAMES, TOOL_SPECS, Toolbox
-from shared.core.domain import Analysis, AnalysisReply, Candidate, ErrorEvent, FileRef
+from shared.core.domain import (
+    TYPE_MAX_CHARS,
+    Analysis,
+    AnalysisReply,
+    Candidate,
+    ErrorEvent,
+    FileRef,
+    one_line,
+)
 from shared.models.chat import ChatModel, ToolCall, ToolChat, ToolsUnsupported
 
 log = logging.getLogger(__name__)
@@ -90,6 +98,9 @@ WHITELIST: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+FIELD_MAX_CHARS = 200  # one field from outside (a release, a tag, a breadcrumb) in the prompt
+
+
 def whitelisted(attrs: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(label, value) of the whitelisted request attributes an event carries, each once."""
     places = [attrs, *(attrs.get(k) for k in ("tags", "log_attributes"))]
@@ -100,17 +111,18 @@ def whitelisted(attrs: Mapping[str, Any]) -> list[tuple[str, str]]:
                 (place[n] for n in names if isinstance(place, Mapping) and place.get(n)), None
             )
             if isinstance(value, str | int) and not isinstance(value, bool):
-                found.append((label, str(value)[:200]))
+                found.append((label, one_line(str(value), FIELD_MAX_CHARS)))
                 break
     return found
 
 
 def sdk_context(event: ErrorEvent) -> str:
     """What an error SDK reported beside the trace (shared/intake/sentry.py, otlp.py): the
-    release and environment, and the last breadcrumbs, already redacted by intake."""
+    release and environment, and the last breadcrumbs, already redacted by intake; each on one
+    line of its own, clipped, inside the error's fence."""
     attrs = event.attributes
     lines = [
-        f"{name}: {attrs[key]}"
+        f"{name}: {one_line(attrs[key], FIELD_MAX_CHARS)}"
         for key, name in (("release", "Release"), ("environment", "Environment"))
         if isinstance(attrs.get(key), str)
     ]
@@ -121,7 +133,9 @@ def sdk_context(event: ErrorEvent) -> str:
         for crumb in crumbs[-PROMPT_BREADCRUMBS:]:
             if isinstance(crumb, dict):
                 what = " ".join(
-                    str(crumb[k])[:300] for k in ("category", "level", "message") if crumb.get(k)
+                    one_line(str(crumb[k]), FIELD_MAX_CHARS)
+                    for k in ("category", "level", "message")
+                    if crumb.get(k)
                 )
                 lines.append(f"- {what}")
     return "\n".join(lines)
@@ -209,8 +223,8 @@ def build_messages(
 
     def user_text(code: str) -> str:
         return template("analysis_user.txt").substitute(
-            service=event.service,
-            exception=event.exception_type or "(unknown)",
+            service=one_line(event.service, FIELD_MAX_CHARS),
+            exception=one_line(event.exception_type or "(unknown)", TYPE_MAX_CHARS),
             error=error,
             candidates=code or "(retrieval found no code)",
             guidance=guidance(weak_reason, language),

@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+NAME_MAX_CHARS = 128  # a service or repo name
+TYPE_MAX_CHARS = 256  # an exception type
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]+")
+
+
+def one_line(value: str, limit: int) -> str:
+    """``value`` on one line (line breaks and control characters as spaces), at most ``limit``
+    characters; a longer one keeps a digest of the whole, so two long names stay apart. A
+    name from outside can neither break out of a prompt's fence nor grow a key unbounded."""
+    flat = " ".join(_CONTROL.sub(" ", value).split())
+    if len(flat) <= limit:
+        return flat
+    digest = hashlib.sha1(value.encode("utf-8", "replace")).hexdigest()[:8]
+    return flat[: limit - 9] + "…" + digest
 
 
 class Frozen(BaseModel):
@@ -25,6 +42,19 @@ class ErrorEvent(Frozen):
     level: str = "ERROR"
     timestamp: datetime = Field(default_factory=lambda: datetime.now(UTC))
     attributes: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("service", "repo")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        name = one_line(value, NAME_MAX_CHARS)
+        if not name:
+            raise ValueError("must name something: it was empty or only control characters")
+        return name
+
+    @field_validator("exception_type")
+    @classmethod
+    def _type(cls, value: str | None) -> str | None:
+        return one_line(value, TYPE_MAX_CHARS) or None if value is not None else None
 
 
 class Chunk(Frozen):

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from shared.core.domain import ErrorEvent
+from shared.core.domain import NAME_MAX_CHARS, ErrorEvent, one_line
 from shared.core.errors import PermanentError
 from shared.intake.exceptions import has_stack, reported
 from shared.intake.levels import (
@@ -75,7 +75,7 @@ def _clip(message: str) -> str:
 
 
 def _service(configured: str | None, record: dict[str, Any]) -> str:
-    service = configured or _text(record.get("service"))
+    service = one_line(configured or _text(record.get("service")), NAME_MAX_CHARS)
     if not service:
         raise PermanentError("event has no 'service': name one (--service, or ?service= on ingest)")
     return service
