@@ -41,6 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from producers.request_guard import LOOPBACK_HOSTS, allowed_hosts_for, guard_middleware
 from shared.core.errors import PermanentError
 from shared.core.persistence import persistence_warning
 from shared.core.pipeline import intake_batch_message
@@ -133,24 +134,21 @@ def create_app(
     sentry_keys: Sequence[str] | None = None,
     sentry_projects: Mapping[str, str] | None = None,
     slack_signing_secret: str | None = None,
+    allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+    allowed_origins: Sequence[str] = (),
 ) -> Starlette:
     """The ingest ASGI app; ``intake`` redacts, groups and enqueues by task name (no worker
     code is imported). Besides ``/v1/events`` it serves what error SDKs send
     (producers/sdk_routes.py): Sentry envelopes and store events, and OTLP logs.
-    ``sentry_keys`` None: the token is the DSN key (and with no token any key is accepted)."""
+    ``sentry_keys`` None: any DSN key. Requests from other web pages, to other host names, or
+    with a body a page can send without a preflight are refused (producers/request_guard.py).
+    """
     from producers.sdk_routes import SdkLimits, SdkRoutes  # it imports this module's helpers
 
     queue_now = Spool(intake, default_service=default_service, max_records=max_records)
 
-    def authorized(request: Request) -> bool:
-        if token is None:
-            return True
-        given = request.headers.get("authorization", "")
-        scheme, _, value = given.partition(" ")
-        return scheme.lower() == "bearer" and secrets.compare_digest(value.strip(), token)
-
     async def events(request: Request) -> JSONResponse:
-        if not authorized(request):
+        if not bearer_ok(request, token):
             return JSONResponse(
                 {"error": "missing or wrong bearer token"},
                 status_code=401,
@@ -231,6 +229,7 @@ def create_app(
 
         slack = slack_routes(intake.app, slack_signing_secret, read_timeout=read_timeout)
     return Starlette(
+        middleware=guard_middleware(allowed_hosts=allowed_hosts, allowed_origins=allowed_origins),
         routes=[
             Route("/v1/events", events, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
@@ -238,14 +237,28 @@ def create_app(
             *SdkRoutes(
                 intake,
                 token=token,
-                sentry_keys=[token] if sentry_keys is None and token else sentry_keys,
+                sentry_keys=sentry_keys,
                 sentry_projects=dict(sentry_projects or {}),
                 limits=limits,
                 default_service=default_service,
             ).routes(),
             *slack,
-        ]
+        ],
     )
+
+
+def same(given: str, expected: str) -> bool:
+    """Constant-time comparison of a credential from a header (bytes: a non-ASCII header
+    value is a mismatch, not an exception)."""
+    return secrets.compare_digest(given.encode("utf-8", "replace"), expected.encode("utf-8"))
+
+
+def bearer_ok(request: Request, token: str | None) -> bool:
+    """``Authorization: Bearer <token>`` (no token configured: every request)."""
+    if token is None:
+        return True
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and same(value.strip(), token)
 
 
 def queue_batch(
@@ -376,5 +389,7 @@ def serve(settings: Settings, *, host: str, port: int, service: str | None) -> N
             if settings.slack_signing_secret
             else None
         ),
+        allowed_hosts=allowed_hosts_for(host, settings.ingest_allowed_hosts),
+        allowed_origins=settings.ingest_allowed_origins,
     )
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -22,7 +22,6 @@ import binascii
 import json
 import logging
 import re
-import secrets
 import zlib
 from collections import Counter
 from collections.abc import Sequence
@@ -36,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from producers.ingest import RETRY_AFTER_S, _inflate, group_replies, read_body
+from producers.ingest import RETRY_AFTER_S, _inflate, bearer_ok, group_replies, read_body, same
 from shared.core.domain import ErrorEvent
 from shared.core.errors import PermanentError
 from shared.intake import otlp
@@ -104,8 +103,8 @@ class SdkRoutes:
 
     intake: Intake
     token: str | None
-    sentry_keys: Sequence[str] | None  # None or empty: any key
-    sentry_projects: dict[str, str]
+    sentry_keys: Sequence[str] | None  # None: any key (loopback, no token); empty: none
+    sentry_projects: dict[str, str]  # with a map, an id not in it is refused
     limits: SdkLimits
     default_service: str | None
 
@@ -120,11 +119,20 @@ class SdkRoutes:
     # --- Sentry ------------------------------------------------------------------------------
 
     def sentry_denied(self, request: Request) -> JSONResponse | None:
-        if not PROJECT_ID.fullmatch(request.path_params["project_id"]):
+        project = request.path_params["project_id"]
+        if not PROJECT_ID.fullmatch(project):
             # The id names the service when it is not mapped: keep it a short plain name.
             return JSONResponse({"detail": "a project id is up to 64 letters, digits, - or _"}, 400)
-        if not self.sentry_keys:
+        if self.sentry_projects and project not in self.sentry_projects:
+            return JSONResponse(
+                {"detail": f"unknown project {project} (not in TRACEHOUND_SENTRY_PROJECTS)"}, 403
+            )
+        if self.sentry_keys is None:
             return None
+        if not self.sentry_keys:
+            return JSONResponse(
+                {"detail": "no DSN key is configured here (TRACEHOUND_SENTRY_KEYS)"}, 401
+            )
         given = ""
         for header in ("x-sentry-auth", "authorization"):
             value = request.headers.get(header, "")
@@ -134,7 +142,7 @@ class SdkRoutes:
         given = given or request.query_params.get("sentry_key", "")
         if not given:
             return JSONResponse({"detail": "missing sentry_key (check the DSN)"}, 401)
-        if not any(secrets.compare_digest(given.encode(), k.encode()) for k in self.sentry_keys):
+        if not any(same(given, k) for k in self.sentry_keys):
             return JSONResponse({"detail": "unknown sentry_key (check the DSN)"}, 403)
         return None
 
@@ -239,10 +247,7 @@ class SdkRoutes:
     # --- OTLP --------------------------------------------------------------------------------
 
     def token_ok(self, request: Request) -> bool:
-        if self.token is None:
-            return True
-        scheme, _, value = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and secrets.compare_digest(value.strip(), self.token)
+        return bearer_ok(request, self.token)
 
     async def logs(self, request: Request) -> Response:
         return await self.otlp_export(request, otlp.LOGS)

@@ -43,7 +43,11 @@ def slack_routes(app: Celery, signing_secret: str, *, read_timeout: float = 30.0
             body = await read_body(request, MAX_BODY, read_timeout)
         except BodyError as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
-        if not verifier.is_valid_request(body, dict(request.headers)):
+        try:
+            valid = verifier.is_valid_request(body, dict(request.headers))
+        except (ValueError, TypeError):  # a timestamp that is not a number, and the like
+            valid = False
+        if not valid:
             log.warning("slack.bad_signature", extra={"client": str(request.client)})
             return JSONResponse({"error": "bad or expired Slack signature"}, status_code=401)
         payload = _payload(body)

@@ -188,15 +188,27 @@ class Settings(BaseSettings):
     ingest_read_timeout: float = Field(
         30.0, gt=0, description="Seconds a request body may take to arrive; then a 408."
     )
+    ingest_allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Web origins (https://app.example.com, comma-separated) whose pages may "
+        "send to ingest, for a browser Sentry SDK; a request from any other page is refused.",
+    )
+    ingest_allowed_hosts: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Host names ingest answers to (comma-separated); none set: localhost, "
+        "127.0.0.1 and ::1 when it listens on loopback (DNS rebinding), any otherwise.",
+    )
     sentry_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list,
-        description="DSN public keys Sentry SDKs may send (comma-separated); none set: the "
-        "ingest token is the key, and with no token either any key is accepted.",
+        description="DSN public keys Sentry SDKs may send (comma-separated). None set: with "
+        "an ingest token the Sentry routes refuse every key (a DSN is often public: it is "
+        "never the token); without one (loopback only) any key is accepted.",
     )
     sentry_projects: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict,
         description="DSN project id -> service or service:repo ('1=shop-api,2=billing:bill', "
-        "or a JSON object); an id not named here is its own service.",
+        "or a JSON object); with a map, an id not named in it is refused; without one, an "
+        "id is its own service.",
     )
 
     # --- grouping, dedup, safety ---
@@ -319,6 +331,13 @@ class Settings(BaseSettings):
         None, description="Console notifier's JSON-lines file; default DATA_DIR/notifications.jsonl"
     )
 
+    @field_validator("ingest_allowed_origins", "ingest_allowed_hosts", mode="before")
+    @classmethod
+    def _split_names(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [v.strip() for v in value.split(",") if v.strip()]
+        return value
+
     @field_validator("sentry_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: Any) -> Any:
@@ -345,12 +364,11 @@ class Settings(BaseSettings):
 
     @property
     def sentry_key_values(self) -> list[str] | None:
-        """The keys a Sentry SDK may authenticate with; None: any (no key and no token set)."""
+        """The keys a Sentry SDK may authenticate with: none with an ingest token and no key
+        set (never the token), None (any) with neither (loopback only)."""
         if self.sentry_keys:
             return [k.get_secret_value() for k in self.sentry_keys]
-        if self.ingest_token:
-            return [self.ingest_token.get_secret_value()]
-        return None
+        return [] if self.ingest_token else None
 
     @model_validator(mode="after")
     def _check(self) -> Settings:

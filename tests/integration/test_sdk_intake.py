@@ -46,7 +46,7 @@ class Server:
             "TRACEHOUND_REDIS_URL": self.redis_url,
             "TRACEHOUND_INGEST_TOKEN": TOKEN,
             "TRACEHOUND_SENTRY_KEYS": KEY,
-            "TRACEHOUND_SENTRY_PROJECTS": "7=shop-api:sample",
+            "TRACEHOUND_SENTRY_PROJECTS": "7=shop-api:sample,8=retry-check,12=node-shop",
             "TRACEHOUND_INGEST_MAX_BODY_BYTES": str(MAX_BODY),
             "TRACEHOUND_INGEST_MAX_RECORDS": "100",
             **SETTLE_OFF,
@@ -222,7 +222,7 @@ def test_python_logging_error_with_exc_info_keeps_the_log_message(
 def test_a_retried_envelope_counts_once(server: Server, python_app: Path) -> None:
     run_python_app(python_app, server.dsn("8"), "capture")
     [event] = server.queued()
-    assert event.service == "8"  # an id TRACEHOUND_SENTRY_PROJECTS does not name
+    assert event.service == "retry-check"  # the project map's name for id 8
     # What the SDK sent, again: the same event id, counted once, no second chain.
     payload = {
         "event_id": event.id,
@@ -294,7 +294,7 @@ def test_node_sentry_sdk_error_with_cause_becomes_an_event_and_starts_a_chain(
 ) -> None:
     run(["node", "app.js", server.dsn("12")], cwd=node_app)
     [event] = server.queued()
-    assert event.service == "12"
+    assert event.service == "node-shop"
     assert event.exception_type == "Error"
     assert event.message == "checkout failed for order 42"
     assert event.attributes["release"] == "2.0.1"

@@ -188,12 +188,12 @@ def test_the_path_prior_is_configured_from_the_environment(
         Settings()
 
 
-def test_sentry_keys_default_to_the_ingest_token_and_are_masked(
+def test_sentry_keys_are_never_the_ingest_token_and_are_masked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert Settings().sentry_key_values is None  # neither set: any key (loopback only)
     monkeypatch.setenv("TRACEHOUND_INGEST_TOKEN", "tok")
-    assert Settings().sentry_key_values == ["tok"]
+    assert Settings().sentry_key_values == []  # a DSN is often public: no key, no Sentry
     monkeypatch.setenv("TRACEHOUND_SENTRY_KEYS", "k1, k2")
     s = Settings()
     assert s.sentry_key_values == ["k1", "k2"]
