@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from pathlib import Path
@@ -188,6 +189,14 @@ class Settings(BaseSettings):
     ingest_read_timeout: float = Field(
         30.0, gt=0, description="Seconds a request body may take to arrive; then a 408."
     )
+    service_repos: Annotated[dict[str, list[str]], NoDecode] = Field(
+        default_factory=dict,
+        description="Which indexed repos each service's records may name "
+        "('shop-api=shop,billing-*=billing|billing-legacy', or JSON): when set, a record "
+        "naming a repo its service may not gets the service's first repo (its own name when it "
+        "has none). Unset: a record names any repo. The producers' own --repo and the Sentry "
+        "project map are configuration, not claims.",
+    )
     ingest_allowed_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Web origins (https://app.example.com, comma-separated) whose pages may "
@@ -330,6 +339,35 @@ class Settings(BaseSettings):
     notify_file: Path | None = Field(
         None, description="Console notifier's JSON-lines file; default DATA_DIR/notifications.jsonl"
     )
+
+    @field_validator("service_repos", mode="before")
+    @classmethod
+    def _parse_service_repos(cls, value: Any) -> Any:
+        """``shop-api=shop,billing-*=billing|billing-legacy`` or a JSON object."""
+        if not isinstance(value, str):
+            return value
+        text = value.strip()
+        if text.startswith("{"):
+            loaded = json.loads(text)
+            return {k: [v] if isinstance(v, str) else v for k, v in loaded.items()}
+        mapping: dict[str, list[str]] = {}
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            service, sep, repos = part.partition("=")
+            names = [r.strip() for r in repos.split("|") if r.strip()]
+            if not sep or not service.strip() or not names:
+                raise ValueError(f"TRACEHOUND_SERVICE_REPOS: {part!r} is not service=repo|repo")
+            mapping[service.strip()] = names
+        return mapping
+
+    def repos_of(self, service: str) -> list[str] | None:
+        """The repos ``service`` may name (its first entry whose glob matches it); None when no
+        mapping is set (any)."""
+        if not self.service_repos:
+            return None
+        for pattern, repos in self.service_repos.items():
+            if fnmatch.fnmatchcase(service, pattern):
+                return repos
+        return []
 
     @field_validator("ingest_allowed_origins", "ingest_allowed_hosts", mode="before")
     @classmethod

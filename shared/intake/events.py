@@ -46,6 +46,9 @@ from shared.intake.levels import (
 
 Origin = Literal["log", "sent"]
 
+# An attribute intake reads and drops: the event's repo came from the record, not from the
+# producer's configuration (shared/intake/submit.py holds it to TRACEHOUND_SERVICE_REPOS).
+REPO_CLAIMED = "_tracehound_repo_claimed"
 STACK_FIELDS = ("stack", "stacktrace", "stack_trace", "exception", "exc_info", "traceback")
 MESSAGE_FIELDS = ("message", "msg", "error", "log")
 MAX_MESSAGE_CHARS = 8000
@@ -306,9 +309,13 @@ def _event(
     attributes: dict[str, Any] = (
         rec["attributes"] if isinstance(rec.get("attributes"), dict) else {}
     )
+    claimed = "" if repo else _text(rec.get("repo"))
+    if claimed and claimed != svc:
+        # The record names its repo itself: intake holds that to TRACEHOUND_SERVICE_REPOS.
+        attributes = {**attributes, REPO_CLAIMED: True}
     fields: dict[str, Any] = {
         "service": svc,
-        "repo": repo or _text(rec.get("repo")) or svc,
+        "repo": repo or claimed or svc,
         "message": _clip(message),
         "exception_type": exception_type,
         "stacktrace": stacktrace,

@@ -12,6 +12,7 @@ hands over a request's records and the tailer a read round's errors at once.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -30,6 +31,7 @@ from shared.core.pipeline import (
 )
 from shared.core.settings import Settings
 from shared.intake import deferred
+from shared.intake.events import REPO_CLAIMED
 from shared.intake.fingerprint import GroupingConfig, fingerprint, load_grouping_config
 from shared.intake.groups import GroupStore, Occurrence
 from shared.intake.incidents import (
@@ -43,6 +45,8 @@ from shared.intake.incidents import (
 )
 from shared.intake.redact import Redactor
 from shared.intake.triage import muted_among
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,27 @@ class Intake:
         ]
 
     def _prepare(self, event: ErrorEvent) -> tuple[ErrorEvent, str]:
-        event = self.redactor.redact_event(event)
+        event = self.redactor.redact_event(self._held_to_its_repos(event))
         return event, fingerprint(event, self._grouping(event.service)).value
+
+    def _held_to_its_repos(self, event: ErrorEvent) -> ErrorEvent:
+        """A repo the record named itself stays only if its service may name it
+        (TRACEHOUND_SERVICE_REPOS): a sender cannot have another repo's code cited in its
+        service's channel. Without a map, any."""
+        claimed = event.attributes.get(REPO_CLAIMED) is True
+        attributes = {k: v for k, v in event.attributes.items() if k != REPO_CLAIMED}
+        allowed = self.settings.repos_of(event.service)
+        repo = event.repo
+        if allowed is not None and (claimed or repo == event.service) and repo not in allowed:
+            repo = allowed[0] if allowed else event.service
+            if claimed:
+                log.warning(
+                    "intake.repo_refused",
+                    extra={"service": event.service, "claimed": event.repo, "repo": repo},
+                )
+        if repo == event.repo and len(attributes) == len(event.attributes):
+            return event
+        return event.model_copy(update={"repo": repo, "attributes": attributes})
 
     def _start(
         self, prepared: list[tuple[ErrorEvent, str]], occurrences: list[Occurrence]

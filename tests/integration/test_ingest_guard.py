@@ -6,6 +6,7 @@ loopback, one with credentials) on a private redis-server, shared by the module'
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,8 +59,17 @@ class Ingests:
                 "TRACEHOUND_SENTRY_KEYS": DSN_KEY,
                 "TRACEHOUND_SENTRY_PROJECTS": "7=shop",
                 "TRACEHOUND_INGEST_ALLOWED_ORIGINS": ALLOWED,
+                "TRACEHOUND_SERVICE_REPOS": "victim=victim,victim2=victim2",
             },
         )
+
+    def queued_events(self) -> list[dict[str, Any]]:
+        """The events of the analysis chains queued so far (no worker runs here)."""
+        events = []
+        for message in self.client.lrange("embed", 0, -1):
+            body = json.loads(base64.b64decode(json.loads(message)["body"]))
+            events.append(body[0][0]["event"])
+        return events
 
     def counted(self) -> int:
         return sum(
@@ -200,3 +210,19 @@ def test_malformed_credentials_get_401_not_a_server_error(
     encoded = {k: v.encode("utf-8") for k, v in headers.items()}  # sent as raw UTF-8 bytes
     response = httpx.post(ingests.closed + path, content=b"{}", headers=encoded, timeout=30)
     assert response.status_code == 401, response.text
+
+
+def test_a_record_cannot_have_another_services_repo_cited(ingests: Ingests) -> None:
+    """With TRACEHOUND_SERVICE_REPOS, a record for victim2 that names repo "victim" is
+    analysed against victim2's own repo: the sender cannot have victim's code cited in
+    victim2's channel."""
+    record = {**RECORD, "service": "victim2", "repo": "victim", "message": "cross-repo"}
+    sent = post(
+        ingests.keyed + "/v1/events?wait=true",
+        json.dumps(record),
+        **{"authorization": f"Bearer {TOKEN}", "content-type": "application/json"},
+    )
+    assert sent.status_code == 202 and sent.json()["groups"][0]["new"]
+    [event] = [e for e in ingests.queued_events() if e["message"] == "cross-repo"]
+    assert (event["service"], event["repo"]) == ("victim2", "victim2")
+    assert not any(k.startswith("_tracehound") for k in event["attributes"])
