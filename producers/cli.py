@@ -418,6 +418,35 @@ def ingest(
 
 
 @cli.command()
+def token() -> None:
+    """Print the ingest token shippers send as ``Authorization: Bearer …`` (the running stack's,
+    or TRACEHOUND_INGEST_TOKEN): ``export TRACEHOUND_INGEST_TOKEN=$(tracehound token)``."""
+    settings = load_settings()
+    if settings.ingest_token is None:
+        err.print(
+            "no ingest token: start the stack (`tracehound up`) or set TRACEHOUND_INGEST_TOKEN"
+        )
+        raise typer.Exit(1)
+    print(settings.ingest_token.get_secret_value())
+
+
+@cli.command()
+def dsn(
+    project: Annotated[str, typer.Argument(help="The DSN's project id (names the service).")] = "1",
+) -> None:
+    """Print a Sentry DSN that reports to this stack's ingest (its DSN key, its address)."""
+    settings = load_settings()
+    keys = settings.sentry_key_values
+    if not keys:
+        err.print("no DSN key: start the stack (`tracehound up`) or set TRACEHOUND_SENTRY_KEYS")
+        raise typer.Exit(1)
+    state, running = stackfile.live_state(settings.data_dir)
+    url = state.ingest_url if running and state is not None else "http://127.0.0.1:8080"
+    scheme, _, host = url.partition("://")
+    print(f"{scheme}://{keys[0]}@{host}/{project}")
+
+
+@cli.command()
 def watch(
     path: Annotated[Path, typer.Argument(help="Repository root to watch.")],
     repo: Annotated[str, typer.Option("--repo", help="Repository name (one index per repo).")],

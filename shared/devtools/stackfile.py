@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import os
+import secrets
 import signal
 import sys
 import time
@@ -77,8 +78,34 @@ def read_state(data_dir: Path) -> StackState | None:
 def write_state(data_dir: Path, state: StackState) -> None:
     path = state_path(data_dir)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(state.model_dump(mode="json"), indent=1), "utf-8")
+    # It holds the stack's ingest token and DSN key: readable by its owner only.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps(state.model_dump(mode="json"), indent=1))
     os.replace(tmp, path)
+
+
+CREDENTIALS_FILE = "credentials.json"
+
+
+def credentials(data_dir: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """The stack's ingest token and Sentry DSN key: from TRACEHOUND_INGEST_TOKEN and
+    TRACEHOUND_SENTRY_KEYS when set, else made once and kept in the data dir (owner-only), so
+    shippers and SDKs configured with them keep working across restarts of the stack."""
+    path = data_dir / CREDENTIALS_FILE
+    try:
+        kept = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        kept = {}
+    made = {
+        "ingest_token": kept.get("ingest_token") or secrets.token_urlsafe(32),
+        "sentry_keys": kept.get("sentry_keys") or secrets.token_hex(16),
+    }
+    if made != kept:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(made))
+    return {k: v for k, v in made.items() if f"{ENV_PREFIX}{k.upper()}" not in environ}
 
 
 def remove_state(data_dir: Path) -> None:

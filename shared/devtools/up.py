@@ -212,6 +212,11 @@ def _supervise(opts: UpOptions, err: Console) -> int:
     code = 0
     try:
         env = {"TRACEHOUND_DATA_DIR": str(data_dir)}
+        # Authenticated by default: ingest gets a token and a DSN key of its own, which every
+        # command reads from the stack (`tracehound token`, `tracehound dsn`).
+        made = stackfile.credentials(data_dir, os.environ)
+        env |= {f"{stackfile.ENV_PREFIX}{k.upper()}": v for k, v in made.items()}
+        provided |= made
         if opts.simulate:
             from shared.devtools.simulators.ollama import README_UBATCH
 

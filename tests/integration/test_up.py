@@ -89,10 +89,15 @@ def child(data_dir: Path, name: str) -> stackfile.ChildState:
     return next(c for c in state.children if c.name == name)
 
 
-def post_error(ingest_url: str, service: str) -> dict:
+def post_error(ingest_url: str, service: str, token: str) -> dict:
     # Each post its own event id: a replay of one id would count once, whatever the groups.
     event = {"id": uuid.uuid4().hex, "service": service, "repo": REPO, "stack": TRACE}
-    r = httpx.post(f"{ingest_url}/v1/events?wait=true", json=event, timeout=30)
+    r = httpx.post(
+        f"{ingest_url}/v1/events?wait=true",
+        json=event,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
     assert r.status_code == 202, r.text
     return r.json()["groups"][0]
 
@@ -151,7 +156,16 @@ def test_up_serves_restarts_a_killed_worker_and_keeps_index_and_groups_across_do
         )
         indexed = th(["index", str(SAMPLE_SERVICE), "--repo", REPO], home)
         assert indexed.returncode == 0, indexed.stderr
-        first = post_error(ingest, "shop-api")
+        # Authenticated by default: the stack made a token and a DSN key, which the commands
+        # read from it; without the token, ingest refuses.
+        token = th(["token"], home).stdout.strip()
+        assert len(token) >= 32
+        anonymous = httpx.post(f"{ingest}/v1/events", json={"service": "x", "stack": TRACE})
+        assert anonymous.status_code == 401
+        dsn = th(["dsn", "5"], home).stdout.strip()
+        key, _, where = dsn.removeprefix("http://").partition("@")
+        assert where == ingest.removeprefix("http://") + "/5" and key != token
+        first = post_error(ingest, "shop-api", token)
         assert first["new"]
         wait_until(lambda: delivered(slack, "shop-api"), 180, "the first analysis in Slack")
 
@@ -170,7 +184,7 @@ def test_up_serves_restarts_a_killed_worker_and_keeps_index_and_groups_across_do
         )
         restarted = child(data_dir, "worker-llm")
         assert restarted.pid != llm.pid and restarted.last_exit == -signal.SIGKILL
-        assert post_error(ingest, "billing")["new"]
+        assert post_error(ingest, "billing", token)["new"]
         wait_until(lambda: delivered(slack, "billing"), 180, "an analysis after the restart")
         assert "up.child_restarted child=worker-llm" in (data_dir / "logs/up.log").read_text()
 
@@ -206,7 +220,8 @@ def test_up_serves_restarts_a_killed_worker_and_keeps_index_and_groups_across_do
         state = stackfile.read_state(data_dir)
         assert state is not None
         assert chroma_count(state.settings["chroma_url"]) == vectors
-        repeat = post_error(state.ingest_url, "shop-api")
+        assert th(["token"], home).stdout.strip() == token  # kept across down and up
+        repeat = post_error(state.ingest_url, "shop-api", token)
         assert not repeat["new"] and not repeat["duplicate"] and repeat["count"] == 2
         # Were they left behind, down and the next up would know them for the stack's own.
         assert all(stackfile.still_ours(c) for c in state.children)
