@@ -71,7 +71,7 @@ def _check_routing(**_: Any) -> None:
 def _serve_metrics(**_: Any) -> None:
     s = context.settings()
     if s.metrics_port:
-        metrics.serve(s.metrics_port, s.data_dir, s.redis_url)
+        metrics.serve(s.metrics_port, s.data_dir, s.redis_url, s.metrics_host)
 
 
 @worker_init.connect

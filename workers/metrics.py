@@ -141,8 +141,11 @@ class BacklogCollector:
         )
 
 
-def serve(port: int, data_dir: Path, redis_url: str | None = None) -> None:
-    """In the worker's main process, before the pool forks: start the /metrics server."""
+def serve(
+    port: int, data_dir: Path, redis_url: str | None = None, host: str = "127.0.0.1"
+) -> None:
+    """In the worker's main process, before the pool forks: start the /metrics server on
+    ``host`` (loopback unless configured: it has no authentication)."""
     directory = Path(data_dir) / "metrics" / f"worker-{os.getpid()}"
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
@@ -154,8 +157,8 @@ def serve(port: int, data_dir: Path, redis_url: str | None = None) -> None:
     MultiProcessCollector(registry)
     if redis_url:
         registry.register(BacklogCollector(redis_url))
-    start_http_server(port, registry=registry)
-    log.info("metrics.serving", extra={"port": port, "dir": str(directory)})
+    start_http_server(port, addr=host, registry=registry)
+    log.info("metrics.serving", extra={"host": host, "port": port, "dir": str(directory)})
 
 
 @worker_process_shutdown.connect

@@ -141,6 +141,11 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(
         None, description="Serve Prometheus /metrics from each worker on this port."
     )
+    metrics_host: str = Field(
+        "127.0.0.1",
+        description="Address /metrics listens on: loopback unless a scraper on another host "
+        "needs it (compose sets 0.0.0.0 inside its network).",
+    )
     task_events: bool = Field(
         False,
         description="Workers publish Celery task events from the start (Flower turns them on "

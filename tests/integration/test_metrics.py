@@ -83,3 +83,20 @@ def test_the_analysis_backlog_and_its_oldest_age_are_exported(
         assert 90 <= value(text, "tracehound_analysis_backlog_oldest_seconds") < 120
     finally:
         redis_client.zrem(keys.DEFERRED, *waiting)
+
+
+def test_metrics_listen_on_loopback_only(stack: LocalStack) -> None:
+    """/metrics has no authentication: it answers on loopback and is not reachable at the
+    machine's own network addresses (TRACEHOUND_METRICS_HOST to open it)."""
+    import socket
+    import subprocess
+
+    addresses = [a for a in subprocess.run(["hostname", "-I"], capture_output=True,
+                                           text=True).stdout.split() if ":" not in a]  # fmt: skip
+    assert addresses, "the machine has no non-loopback IPv4 address to try"
+    port = next(iter(stack.metrics_ports.values()))
+    assert httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).status_code == 200
+    for address in addresses:
+        with socket.socket() as s, pytest.raises(OSError):
+            s.settimeout(2)
+            s.connect((address, port))
