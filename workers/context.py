@@ -258,6 +258,7 @@ class Clients:
             rerun=self._rerun,
             code_version=self._code_version,
             routed=bool(self.routing.rules),
+            rerun_interval_s=self.settings.slack_rerun_interval,
         )
 
     def _rerun(self, inv: Investigation) -> None:

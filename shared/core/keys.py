@@ -172,6 +172,11 @@ def slack_message(channel: str, ts: str) -> str:
     return f"{PREFIX}slack:message:{_digest(channel + chr(0) + ts)}"
 
 
+def rerun_limit(fingerprint: str) -> str:
+    """SET NX EX: a group's "Analyze again" ran within the interval; the next press waits."""
+    return f"{PREFIX}group:{fingerprint}:rerun"
+
+
 def action_done(action_key: str) -> str:
     """SET NX: a Slack action whose side effect must happen once (a re-analysis enqueued)."""
     return f"{PREFIX}slack:action:{_digest(action_key)}"

@@ -294,6 +294,12 @@ class Settings(BaseSettings):
         description="TOML (or YAML) routing file: service and path globs -> channel or "
         "webhook and owners (shared/notify/routing.py); checked when a worker starts.",
     )
+    slack_rerun_interval: float = Field(
+        300.0,
+        ge=0,
+        description="Seconds between two \"Analyze again\" runs of one group (each is a fresh, "
+        "uncached LLM call): a press within it is answered, not run.",
+    )
     slack_pace: float = Field(
         1.0, ge=0, description="Seconds between messages to one channel (Slack allows ~1/s)."
     )

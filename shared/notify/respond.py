@@ -50,6 +50,7 @@ class Responder:
     code_version: Callable[[str], str | None]  # repo -> the commit its index holds
     mute_s: int = MUTE_S
     routed: bool = False  # messages may be in other channels than the default (routing)
+    rerun_interval_s: float = 300.0  # one "Analyze again" per group within it
 
 
 def _s(value: object) -> str | None:
@@ -109,9 +110,13 @@ def respond(action: Action, rs: Responder) -> str:
     elif action.kind == actions.ANALYZE_AGAIN:
         if case is None:
             return "refused"
-        if _once(rs, action):
-            _rerun(action, fp, case, rs)
         kind, line = "rerun", f":arrows_counterclockwise: {who} asked for a new analysis"
+        if not _press_rerun(rs, action, fp, case):
+            minutes = max(1, round(rs.rerun_interval_s / 60))
+            line = (
+                f":hourglass: {who} asked for a new analysis: one runs at most every "
+                f"{minutes} min per group"
+            )
     else:
         return "ignored"
     lines = actions.note_activity(rs.r, fp, kind, line)
@@ -128,6 +133,21 @@ def _gold(action: Action, case: feedback.GroupCase | None) -> str | None:
         i = int(action.value) if action.value.isdigit() else -1
         return files[i] if 0 <= i < len(files) else None
     return actions.clean_path(action.value)
+
+
+def _press_rerun(rs: Responder, action: Action, fp: str, case: feedback.GroupCase) -> bool:
+    """Run the analysis again for this press, once: whether it ran (False: the group ran one
+    within the interval — each is a fresh, uncached LLM call). The first application's
+    answer is kept for its retries (a paced rewrite applies the press again)."""
+    done = keys.action_done(action.key)
+    if not rs.r.set(done, "pending", nx=True, ex=ACTION_TTL_S):
+        return _s(rs.r.get(done)) != "limited"
+    interval_ms = int(rs.rerun_interval_s * 1000)
+    ran = interval_ms <= 0 or bool(rs.r.set(keys.rerun_limit(fp), "1", nx=True, px=interval_ms))
+    if ran:
+        _rerun(action, fp, case, rs)
+    rs.r.set(done, "ran" if ran else "limited", ex=ACTION_TTL_S)
+    return ran
 
 
 def _rerun(action: Action, fp: str, case: feedback.GroupCase, rs: Responder) -> None:

@@ -272,6 +272,15 @@ def test_analyze_again_runs_the_model_afresh_and_rewrites_the_message(
     assert any(b.get("block_id") == "th-actions" for b in final)
     assert f"<@{USER}> asked for a new analysis" in json.dumps(final)  # kept by the rewrite
 
+    # Each run is a fresh, uncached LLM call: five more presses within the interval run none.
+    chats = len(ollama_sim.requests_to("/api/chat"))
+    for _ in range(5):
+        press = block_actions(message(slack_sim, ts), actions.ANALYZE_AGAIN, user=USER)
+        press_socket(slack_sim, press)
+    wait_activity(slack_sim, ts, "one runs at most every 5 min per group")
+    time.sleep(3)
+    assert len(ollama_sim.requests_to("/api/chat")) == chats
+
 
 def post_signed(url: str, body: bytes, headers: dict[str, str]) -> httpx.Response:
     return httpx.post(f"{url}/slack/actions", content=body, headers=headers, timeout=30)
