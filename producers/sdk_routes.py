@@ -270,25 +270,29 @@ class SdkRoutes:
             )
         protobuf = kind == PROTOBUF
         limits = self.limits
+        bounds = otlp.Bounds.for_records(limits.max_records)
+        read = otlp.read_logs if signal is otlp.LOGS else otlp.read_spans
+
+        def decode(raw: bytes) -> otlp.LogBatch:
+            decoded = otlp.decode_request(raw, protobuf, signal, bounds)
+            return read(
+                decoded,
+                protobuf=protobuf,
+                default_service=self.default_service,
+                max_bytes=limits.max_trace_bytes,
+            )
+
         try:
             raw = await read_body(request, limits.max_body_bytes, limits.read_timeout)
-            decoded = otlp.decode_request(raw, protobuf, signal)
+            # Counting, decoding and converting are CPU work: off the event loop, so /healthz
+            # and the other requests are served meanwhile.
+            batch = await run_in_threadpool(decode, raw)
         except BodyError as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        except otlp.OverBounds as exc:
+            return JSONResponse({"error": str(exc)}, status_code=413)
         except otlp.OtlpError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
-        if otlp.count_records(decoded, signal) > limits.max_records:
-            return JSONResponse(
-                {"error": f"more than {limits.max_records} {signal.what} in one request"},
-                status_code=413,
-            )
-        read = otlp.read_logs if signal is otlp.LOGS else otlp.read_spans
-        batch = read(
-            decoded,
-            protobuf=protobuf,
-            default_service=self.default_service,
-            max_bytes=limits.max_trace_bytes,
-        )
         try:
             submitted = await submit(self.intake, batch.accepted)
         except Unavailable as exc:

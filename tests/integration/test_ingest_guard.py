@@ -7,6 +7,7 @@ loopback, one with credentials) on a private redis-server, shared by the module'
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -226,3 +227,31 @@ def test_a_record_cannot_have_another_services_repo_cited(ingests: Ingests) -> N
     [event] = [e for e in ingests.queued_events() if e["message"] == "cross-repo"]
     assert (event["service"], event["repo"]) == ("victim2", "victim2")
     assert not any(k.startswith("_tracehound") for k in event["attributes"])
+
+
+def rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return (
+        int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS")))
+        / 1024
+    )
+
+
+def test_a_small_otlp_body_of_millions_of_empty_messages_is_refused_in_bounded_memory(
+    ingests: Ingests,
+) -> None:
+    """9.7 kB of gzip that expands to 5 million empty ResourceLogs: it is counted before it
+    is decoded and refused at the bound, on a worker thread; ingest's memory hardly moves
+    (decoding it took 790 MB and 7.6 s of the event loop)."""
+    bomb = gzip.compress(b"\x0a\x00" * 5_000_000)
+    assert len(bomb) < 20_000
+    pid = ingests.open_proc.popen.pid
+    before = rss_mb(pid)
+    refused = post(
+        ingests.open + "/v1/logs",
+        bomb,
+        **{"content-type": "application/x-protobuf", "content-encoding": "gzip"},
+    )
+    assert refused.status_code == 413 and "resources" in refused.text
+    assert rss_mb(pid) - before < 100
+    assert httpx.get(ingests.open + "/healthz", timeout=5).status_code == 200
