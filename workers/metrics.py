@@ -58,6 +58,10 @@ class _Metrics:
             ["stage"],
         )
         self.retries = Counter("tracehound_retries_total", "Task retries.", ["stage"])
+        self.deferred_dropped = Counter(
+            "tracehound_deferred_dropped_total",
+            "Waiting groups dropped from the backlog (too old, or past its size bound).",
+        )
 
 
 @cache
@@ -72,6 +76,12 @@ def fallback(stage: str) -> None:
     m = metrics()
     if m is not None:
         m.fallbacks.labels(stage).inc()
+
+
+def deferred_dropped(n: int) -> None:
+    m = metrics()
+    if m is not None and n:
+        m.deferred_dropped.inc(n)
 
 
 def swap(host: str) -> None:

@@ -213,9 +213,17 @@ def new_groups(service: str) -> str:
     return f"{PREFIX}newgroups:{_digest(service)}"
 
 
+# Counter: new analyses started for every service in the current cap window (the global cap:
+# naming new services does not buy more analyses).
+NEW_GROUPS_ALL = f"{PREFIX}newgroups:all"
+
+
 DEFERRED = f"{PREFIX}deferred"  # sorted set: waiting group -> when it was deferred (ms)
 DEFERRED_MESSAGES = f"{PREFIX}deferred:messages"  # hash: group -> its chain's first message
 DEFERRED_DRAIN = f"{PREFIX}deferred:drain"  # SET NX: a drain task is scheduled
+# sorted set: waiting group -> its window's count + a fraction that ranks the longest waiting
+# first among equal counts (shared/intake/deferred.py ``rank``); kept by intake as it counts.
+DEFERRED_RANK = f"{PREFIX}deferred:rank"
 # sorted set: incident whose lead waits for its groups' counts -> when it may start (ms)
 DEFERRED_SETTLING = f"{PREFIX}deferred:settling"
 

@@ -194,6 +194,17 @@ class Settings(BaseSettings):
     ingest_read_timeout: float = Field(
         30.0, gt=0, description="Seconds a request body may take to arrive; then a 408."
     )
+    max_deferred: int = Field(
+        5000,
+        ge=1,
+        description="Groups that may wait in the deferred backlog; past it the least frequent "
+        "are dropped (their events stay counted).",
+    )
+    deferred_ttl: float = Field(
+        3600.0,
+        gt=0,
+        description="Seconds a group may wait in the deferred backlog before it is dropped.",
+    )
     service_repos: Annotated[dict[str, list[str]], NoDecode] = Field(
         default_factory=dict,
         description="Which indexed repos each service's records may name "
@@ -253,6 +264,12 @@ class Settings(BaseSettings):
         description="New analyses started per service per TRACEHOUND_NEW_GROUPS_WINDOW; new "
         "groups over it are counted and wait in the backlog (analysed later, by count, while "
         "the model host is free). 0: no cap.",
+    )
+    max_new_groups_total: int = Field(
+        60,
+        ge=0,
+        description="New analyses started for all services together per window: naming new "
+        "services does not buy more (the ingest credential's cap). 0: no cap.",
     )
     new_groups_window: float = Field(
         600.0, gt=0, description="Seconds: the window of TRACEHOUND_MAX_NEW_GROUPS."

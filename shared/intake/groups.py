@@ -23,6 +23,7 @@ from typing import Any
 import redis
 
 from shared.core import keys
+from shared.intake.deferred import RANK_LUA
 
 IDLE_EXPIRY_S = 30 * 24 * 3600
 START_OVERDUE_MS = 30_000  # a window's chain not marked started by then is started again
@@ -83,6 +84,7 @@ if counted > 0 then
   redis.call('HSET', KEYS[1], 'last_seen', now)
   redis.call('HINCRBY', KEYS[1], 'total', counted)
   redis.call('EXPIRE', KEYS[1], ARGV[3])
+""" + RANK_LUA + """
 end
 local g = redis.call('HMGET', KEYS[1], 'total', 'first_seen', 'last_seen')
 out[#out + 1] = {tonumber(g[1]) or 0, tonumber(g[2]) or now, tonumber(g[3]) or now}

@@ -10,10 +10,12 @@ with every new member) joins it. Every member waits in the deferred backlog
 frequent group — known once the counts have come in — is analysed first, the rest later in
 order of count while the host is free, their messages threaded under the incident's.
 Independently, at most ``max_new_groups`` new analyses start per service and
-``new_groups_window``; the groups over it wait in the same backlog, and those alone in
-their incident join the service's cap batch: an incident of kind ``cap`` whose message is a
-summary, posted while they wait (shared/notify/incident.py). Nothing is dropped: every group
-is counted as before, and every one is analysed.
+``new_groups_window``, and at most ``max_new_groups_total`` for every service together (so
+naming new services buys no more); the groups over either wait in the same backlog, and those
+alone in their incident join the service's cap batch: an incident of kind ``cap`` whose
+message is a summary, posted while they wait (shared/notify/incident.py). Every group is
+counted as before; a waiting group is analysed unless the backlog drops it (its TTL and size
+bound, shared/intake/deferred.py).
 
 Keys (``{id}`` a sequence number):
   th:incident:cause:{digest}  the open incident of a cause (expires with the window)
@@ -24,6 +26,7 @@ Keys (``{id}`` a sequence number):
   th:incident:{id}:groups     sorted set: member fingerprints by when they joined
   th:incident:{id}:labels     hash: fingerprint -> "service · exception at file" (the list)
   th:newgroups:{service}      new analyses started in the service's current cap window
+  th:newgroups:all            new analyses started for every service in the window
 A group's hash (shared/intake/groups.py) names its incident in ``incident``.
 """
 
@@ -68,9 +71,9 @@ def cause_of(event: ErrorEvent) -> str | None:
 _ADMIT = """
 -- One new group: join or open its cause's incident, then apply the service's cap.
 -- KEYS: cause key (unused when ARGV[2] == '0'), cap counter, group, incident sequence,
---       the service's cap batch
+--       the service's cap batch, the counter of every service
 -- ARGV: fp, has_cause, cause, incident_window_ms, cap_window_s, max_new, label, expiry_s,
---       service, settle ('1': a lead waits for its incident's counts)
+--       service, settle ('1': a lead waits for its incident's counts), max_new for all
 -- Returns "run:<incident>" or "defer:<incident>:<incident|cap|settle>" (incident "" when
 -- none), and ":new" after "cap" when the group opened its service's cap batch.
 local t = redis.call('TIME')
@@ -110,7 +113,12 @@ local n = redis.call('INCR', KEYS[2])
 if n == 1 then
   redis.call('EXPIRE', KEYS[2], ARGV[5])
 end
-if tonumber(ARGV[6]) > 0 and n > tonumber(ARGV[6]) then
+local all = redis.call('INCR', KEYS[6])
+if all == 1 then
+  redis.call('EXPIRE', KEYS[6], ARGV[5])
+end
+if (tonumber(ARGV[6]) > 0 and n > tonumber(ARGV[6]))
+    or (tonumber(ARGV[11]) > 0 and all > tonumber(ARGV[11])) then
   -- Over the cap and alone (no incident, or one it just opened): one summary per service and
   -- cap window lists it; later members of its incident still join that incident.
   if incident == '' or redis.call('ZCARD', 'th:incident:' .. incident .. ':groups') == 1 then
@@ -163,6 +171,7 @@ class AdmissionPolicy:
     max_new_groups: int  # per service and cap window; 0: no cap
     new_groups_window_s: float
     settle_s: float = 0.0  # an incident's first analysis waits this long for the counts
+    max_new_groups_total: int = 0  # every service together, per cap window; 0: no cap
 
 
 class Admitter:
@@ -188,6 +197,7 @@ class Admitter:
                     keys.group(g.fingerprint),
                     keys.INCIDENT_SEQ,
                     keys.cap_batch(g.service),
+                    keys.NEW_GROUPS_ALL,
                 ],
                 args=[
                     g.fingerprint,
@@ -200,6 +210,7 @@ class Admitter:
                     IDLE_EXPIRY_S,
                     g.service,
                     "1" if p.settle_s > 0 else "0",
+                    p.max_new_groups_total,
                 ],
                 client=pipe,
             )

@@ -71,6 +71,7 @@ class Intake:
             AdmissionPolicy(
                 incident_window_s=settings.incident_window,
                 max_new_groups=settings.max_new_groups,
+                max_new_groups_total=settings.max_new_groups_total,
                 new_groups_window_s=settings.new_groups_window,
                 settle_s=settings.incident_settle,
             ),
@@ -184,7 +185,7 @@ class Intake:
                         drain_in = max(drain_in, self.settings.incident_settle)
                     deferred.defer(
                         pipe, fp, queue, message, last_id=last_id, now_ms=occ.last_seen,
-                        reason=reason, settle_until_ms=settle,
+                        reason=reason, count=occ.count, settle_until_ms=settle,
                     )  # fmt: skip
                     waiting = True
             pipe.hset(keys.group(fp), "started", occ.window_start)

@@ -24,7 +24,7 @@ from shared.core.errors import TransientError
 from shared.core.pipeline import enqueue_drain
 from shared.intake import deferred
 from shared.intake.batch import QueuedBatch, take_batch
-from workers import context
+from workers import context, metrics
 from workers.app import app, task_options
 from workers.retry import retry
 
@@ -48,6 +48,11 @@ def drain_deferred(self: Any) -> dict[str, Any]:
     the most events when no analysis is queued; come back every ``DRAIN_EVERY_S`` while
     groups wait (shared/intake/deferred.py)."""
     r = context.clients().redis
+    s = context.settings()
+    dropped = deferred.trim(r, ttl_s=s.deferred_ttl, max_waiting=s.max_deferred)
+    if dropped:
+        log.warning("deferred.dropped", extra={"groups": len(dropped), "first": dropped[0]})
+        metrics.deferred_dropped(len(dropped))
     started = deferred.take_settled(r)
     if deferred.analyses_queued(r) == 0 and (taken := deferred.take_next(r)) is not None:
         started.append(taken)
