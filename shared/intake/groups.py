@@ -28,7 +28,8 @@ from shared.intake.deferred import RANK_LUA
 IDLE_EXPIRY_S = 30 * 24 * 3600
 START_OVERDUE_MS = 30_000  # a window's chain not marked started by then is started again
 
-_RECORD = """
+_RECORD = (
+    """
 -- Counts a batch of events of one group, in order, each as if recorded alone.
 -- KEYS: group, then one seen key per event ; ARGV: window_ms, service, expiry_s, stale_ms,
 -- seen_ttl_s, then one event id per event. Returns "new:window_start:count:duplicate" per
@@ -84,12 +85,15 @@ if counted > 0 then
   redis.call('HSET', KEYS[1], 'last_seen', now)
   redis.call('HINCRBY', KEYS[1], 'total', counted)
   redis.call('EXPIRE', KEYS[1], ARGV[3])
-""" + RANK_LUA + """
+"""
+    + RANK_LUA
+    + """
 end
 local g = redis.call('HMGET', KEYS[1], 'total', 'first_seen', 'last_seen')
 out[#out + 1] = {tonumber(g[1]) or 0, tonumber(g[2]) or now, tonumber(g[3]) or now}
 return out
 """
+)
 
 
 @dataclass(frozen=True)
