@@ -24,6 +24,11 @@ Decisions worth knowing:
 - A PEM private key is removed whole, BEGIN to END; when the text was cut before END, the BEGIN
   line and the base64 lines after it are removed. Three or more lines of bare base64 (a key's
   body kept without its BEGIN line, in YAML or a fixture) go too.
+- Beyond these rules, shared/intake/secret_shapes.py finds ~90 provider token shapes by form
+  alone, and shared/intake/secret_contexts.py finds a secret by where it stands (a name that
+  names one, a name/value pair, a struct field, a command line, a header, a query parameter,
+  the argument after a redacted key id); tests/data/secret_corpus.py is what they are measured
+  against (tests/unit/test_secret_corpus.py, benchmarks/redaction.py).
 - A match that spans lines is replaced by its marker followed by as many line breaks: a
   redacted file keeps its line numbers, so chunks, frames and citations still point at the
   right lines.
@@ -55,6 +60,9 @@ class Rule:
     replacement: str | Callable[[re.Match[str]], str]
     triggers: tuple[str, ...] = ()
     prefilter: re.Pattern[str] | None = None  # a cheap search that every match's text passes
+    # Instead of ``pattern.sub(replacement, text)``: for a rule whose matches may nest (a
+    # quoted value that holds another assignment); it never changes the number of lines.
+    apply: Callable[[str], str] | None = None
 
 
 def marker(name: str) -> str:
@@ -107,7 +115,7 @@ def _kv(keys: str) -> re.Pattern[str]:
     separator an unquoted value must hold a non-letter (prose: ``invalid token: expired``).
     """
     return re.compile(
-        r"(?P<pre>" + keys + r"(?:\\?[\"'])?[ \t]{0,3}(?:(?P<colon>:)|=>|=)[ \t]{0,3})"
+        r"(?P<pre>" + keys + r"(?:\\?[\"'])?[ \t]{0,3}(?::=|(?P<colon>:)|=>|=)[ \t]{0,3})"
         r"(?:"
         r"(?P<eq>\\\")(?!\[REDACTED)[^\"\\\n]++(?:\\\")?"
         r"|(?P<dq>\")(?!\[REDACTED)[^\"\n]++\"?"
@@ -134,7 +142,12 @@ _SECRET_KEYS = (
     + r")(?:(?<=[Pp]rivate|PRIVATE)[_-]?(?i:key)|(?<![Pp]rivate|PRIVATE)(?:[_-]?(?i:key))?)"
     + _END
 )
-_TOKEN_KEYS = _keywords("token") + r"(?:[_-]?(?i:key))?" + _END
+# not a pagination token (nextPageToken, page_token): an opaque cursor, not a credential
+_TOKEN_KEYS = (
+    _keywords("token")
+    + r"(?<![Pp]age[Tt]oken)(?<![Pp]age[_-][Tt]oken)(?<!PAGE_TOKEN)(?:[_-]?(?i:key))?"
+    + _END
+)
 _API_KEY_KEYS = _keywords("api") + r"[_-]?(?i:key|token|secret)" + _END
 
 # --- token shapes ------------------------------------------------------------------------------
@@ -162,12 +175,20 @@ _KEY_BODY = re.compile(
     re.MULTILINE,
 )
 
+# A MIME part's base64 body (an attachment in a logged e-mail) is data, not a key body; a PEM
+# file attached that way is base64 of "-----BEGIN" and has a rule of its own (pem_base64).
+_MIME_BASE64 = re.compile(r"(?i)content-transfer-encoding:[ \t]*base64[ \t]*\r?\n[ \t]*\r?\n$")
+
 DEFAULT_RULES: tuple[Rule, ...] = (
     Rule("private_key", _PRIVATE_KEY, marker("private_key"), ("private key",)),
     Rule(
         "key_body",
         _KEY_BODY,
-        marker("key_body"),
+        lambda m: (
+            m.group()
+            if _MIME_BASE64.search(m.string, max(0, m.start() - 120), m.start())
+            else marker("key_body")
+        ),
         # a line break, then 40 base64 characters: a cheap, linear search
         prefilter=re.compile(r"\n[ \t]*+[\"']?+[A-Za-z0-9+/]{40}"),
     ),
@@ -318,12 +339,22 @@ _GENERIC = frozenset({"api_key", "password", "secret", "token", "email"})
 def all_rules() -> tuple[Rule, ...]:
     """Every built-in rule, most specific first: tracehound's provider shapes, its own rules for
     formats the maintained set lacks, detect-secrets' provider regexes, then the key-value and
-    email rules, and last the entropy rule for assignments (shared/intake/secret_rules.py)."""
+    email rules, the rules that find a secret by where it stands (shared/intake/secret_contexts.py)
+    and last the entropy rule for assignments (shared/intake/secret_rules.py)."""
+    from shared.intake.secret_contexts import CONTEXT_RULES, STRUCT_RULE
     from shared.intake.secret_rules import ENTROPY_RULE, OWN_RULES, detect_secrets_rules
 
     specific = tuple(r for r in DEFAULT_RULES if r.name not in _GENERIC)
     generic = tuple(r for r in DEFAULT_RULES if r.name in _GENERIC)
-    return (*specific, *OWN_RULES, *detect_secrets_rules(), *generic, ENTROPY_RULE)
+    return (
+        *specific,
+        *OWN_RULES,
+        *detect_secrets_rules(),
+        STRUCT_RULE,
+        *generic,
+        *CONTEXT_RULES,
+        ENTROPY_RULE,
+    )
 
 
 def _keeping_lines(
@@ -405,6 +436,9 @@ class Redactor:
         for i in sorted(needed):  # in the rules' order
             rule = self.rules[i]
             if rule.prefilter is not None and not rule.prefilter.search(text):
+                continue
+            if rule.apply is not None:
+                text = rule.apply(text)
                 continue
             done = rule.pattern.sub(rule.replacement, text)
             if len(done) != len(text) and done.count("\n") != text.count("\n"):

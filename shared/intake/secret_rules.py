@@ -8,7 +8,9 @@ whole files or a scanner's context (high-entropy strings, keywords) are not used
 assignment entropy rule below does that job for log lines. tracehound adds formats the
 plugins lack or match too narrowly (npm, Docker Hub, Vault, Shopify, Mailgun, Sentry DSN keys,
 Azure SAS signatures, GCP key ids, Datadog keys, cookies, credit-card numbers with a valid
-Luhn check digit, US social security numbers).
+Luhn check digit, US social security numbers), and the provider shapes of
+shared/intake/secret_shapes.py. The entropy rule leaves identifiers alone: a call, a path, a
+public or identifying key name (``idempotency_key``, ``GPG_KEY``; shared/intake/secret_contexts.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from collections.abc import Callable
 from functools import cache
 
 from shared.intake.redact import Rule, marker
+from shared.intake.secret_contexts import code_like, denies_a_secret, name_before, path_like
+from shared.intake.secret_shapes import PROVIDER_RULES
 
 # Plugins tracehound's own rules already cover better (a PEM block whole, a URL password).
 _SKIPPED_PLUGINS = frozenset({"Private Key", "Basic Auth Credentials"})
@@ -108,6 +112,7 @@ def _entropy(value: str) -> float:
 ENTROPY_BITS = 3.5  # per character: random tokens sit above, words and identifiers below
 
 
+_NAME_PART = re.compile(r"[\w-]*")
 _IDENTIFIERS = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+\(?")  # settings.DB_PASSWORD
 
 
@@ -115,12 +120,20 @@ def _assigned(m: re.Match[str]) -> str:
     value = m["v"]
     if _entropy(value) < ENTROPY_BITS or value.startswith("[REDACTED"):
         return m.group()
-    if _IDENTIFIERS.fullmatch(value):  # code naming where the secret is, not the secret
+    if _IDENTIFIERS.fullmatch(value) or code_like(value):  # code naming where the secret is
+        return m.group()
+    if m.string.startswith("(", m.end("v")):  # a call: DynamoDBAttribute(name=…)
+        return m.group()
+    # the whole name (idempotency_key, GPG_KEY, an S3 object's Key=orders/2026/…): an
+    # identifier, a public key or a path, not a secret
+    name = name_before(m.string, m.start()) + _NAME_PART.match(m["pre"]).group()  # type: ignore[union-attr]
+    if denies_a_secret(name) or path_like(value):
         return m.group()
     return m["pre"] + marker("high_entropy") + m.group()[m.end("v") - m.start() :]
 
 
 _COOKIE_PAIR = re.compile(r"(?P<name>[A-Za-z0-9_.-]{1,64}=)(?!\[REDACTED)[^;\s]{4,}+")
+
 
 OWN_RULES: tuple[Rule, ...] = (
     Rule(
@@ -184,10 +197,11 @@ OWN_RULES: tuple[Rule, ...] = (
     # Cookie / Set-Cookie header values: the value of every name=value pair on the line
     Rule(
         "cookie",
-        re.compile(r"(?P<pre>[Cc](?<![\w-][Cc])ookie[ \t]*[:=][ \t]*)(?P<pairs>[^\n]{1,4096})"),
+        re.compile(r"(?P<pre>[Cc](?<![\w][Cc])ookie[ \t]*[:=][ \t]*)(?P<pairs>[^\n]{1,4096})"),
         lambda m: m["pre"] + _COOKIE_PAIR.sub(r"\g<name>" + marker("cookie"), m["pairs"]),
         ("cookie",),
     ),
+    *PROVIDER_RULES,
     Rule(
         "card_number",
         re.compile(r"[3-6](?<![\d-][3-6])(?:\d[ -]?){12,18}\d(?![\d-])"),

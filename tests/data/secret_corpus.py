@@ -2496,7 +2496,7 @@ def _ctx_log_line(v: str, k: str, g: random.Random) -> str:
             f"{ts} ERROR [payments] request to {_provider(k)} failed: 401 Unauthorized "
             f"(credential {v})",
             f"{ts} WARN  auth: rejecting token {v} for user 1042: expired",
-            f"{ts} ERROR [worker-3] unexpected value in config reload: {v}",
+            f"{ts} ERROR [worker-3] {BARE}{v}",
             f"{ts} INFO  bootstrap: loaded {_snake(k)} {v} from vault",
             f"{ts} ERROR [http-nio-8080-exec-4] c.s.orders.Client - call failed, key {v}",
         ]
@@ -2637,6 +2637,84 @@ _FEATURED: dict[str, tuple[str, ...]] = {
 }
 
 PER_CONTEXT = 12  # samples per context beyond the natural ones
+
+# Formats whose value carries no sign of what it is: every public rule that finds them anchors on
+# a name beside the value (gitleaks' ``[\w.-]{0,50}?(?:travis)…`` keyword prefix, trufflehog's
+# keyword prefilters, detect-secrets' KeywordDetector) or on a file's structure. Written bare,
+# with no name ("unexpected value in config reload: <value>"), no tool can tell them from an
+# identifier; every other context names them.
+KEYWORD_ANCHORED = frozenset(
+    {
+        "aws-secret-access-key",
+        "gcp-service-account-key-id",
+        "azure-storage-account-key",
+        "azure-sas-signature",
+        "azure-devops-pat",
+        "azure-service-bus-key",
+        "azure-container-registry-password",
+        "azure-redis-access-key",
+        "alibaba-secret-key",
+        "ibm-cloud-iam-key",
+        "ibm-cos-hmac-secret",
+        "softlayer-api-key",
+        "cloudant-password",
+        "cloudflare-api-token",
+        "cloudflare-global-api-key",
+        "fastly-api-token",
+        "heroku-api-key",
+        "vercel-token",
+        "kubernetes-secret-data",
+        "docker-config-auth",
+        "gitlab-session-cookie",
+        "travis-ci-token",
+        "kraken-private-key",
+        "twilio-auth-token",
+        "mailgun-signing-key",
+        "datadog-api-key",
+        "datadog-app-key",
+        "sentry-dsn-key",
+        "pagerduty-api-key",
+        "sumologic-access-id",
+        "sumologic-access-key",
+        "okta-api-token",
+        "npm-legacy-token",
+        "nuget-config-password",
+        "jfrog-identity-token",
+        "cohere-api-key",
+        "basic-auth-credentials",
+        "bearer-opaque-token",
+        "elasticsearch-api-key",
+        "curl-user-password",
+        "jdbc-url-password",
+        "password-human",
+        "password-random-symbols",
+        "password-url-unsafe",
+        "password-percent-encoded",
+        "password-alnum-generated",
+        "passphrase-words",
+        "passphrase-spaces",
+        "rails-secret-key-base",
+        "fernet-key",
+        "hmac-secret-base64",
+        "hex-secret-64",
+        "generic-api-key-32",
+        "totp-seed",
+        "freemius-secret-key",
+        "django-sessionid",
+        "php-sessid",
+        "jsessionid-tomcat",
+        "aspnet-session-id",
+        "rails-session-cookie",
+        "tracehound-dsn-key",
+        "tracehound-ingest-token",
+    }
+)
+BARE = "unexpected value in config reload: "  # the log-line template that names nothing
+
+
+def unnamed(sample: Sample) -> bool:
+    """A keyword-anchored format written bare: the one case no rule can catch."""
+    return sample.format in KEYWORD_ANCHORED and BARE + sample.value in sample.text
 
 
 def _natural(f: Format) -> tuple[str, Render]:
@@ -2780,7 +2858,7 @@ def _noise_texts(g: random.Random) -> list[str]:
         "\tat com.shop.orders.OrderController$$SpringCGLIB$$0.create(<generated>)\n"
         "\tat com.shop.orders.OrderService$$Lambda/0x00007f1c40123456.apply(Unknown Source)",
         f"<shopapp.models.Order object at 0x7f3a2c1e8e28> order_id=ord_{_hex(g, 12)} "
-        f"session={_uuid(g)}",
+        f"request_id={_uuid(g)}",
         '  File "/srv/app/.venv/lib/python3.11/site-packages/sqlalchemy/engine/base.py", '
         "line 1967, in _exec_single_context\n    self.dialect.do_execute(\n"
         "sqlalchemy.exc.IntegrityError: (psycopg2.errors.UniqueViolation) duplicate key value "

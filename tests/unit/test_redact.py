@@ -345,7 +345,12 @@ def test_pathological_5mb_inputs_stay_linear(unit: str) -> None:
 
 @pytest.mark.parametrize(
     "unit",
-    ["a", "aB3+/", "key=", 'password="', "token: ", "1.2.3.", "AKC", "x" * 31 + "-us1 "],
+    [
+        *("a", "aB3+/", "key=", 'password="', "token: ", "1.2.3.", "AKC", "x" * 31 + "-us1 "),
+        # the rules that read a name beside a value, or the structure around it
+        *("session=", "{A:", "[REDACTED:x], ", "s.", "q~", "name: x\n  value: ", "--password "),
+        *("-u x:", "X-Y: z\n", "token ", "DB_PASS=", "<a>", "://u:", "&key=", "AUTH\r\n"),
+    ],
     ids=lambda u: repr(u[:12]),
 )
 def test_every_rule_on_an_event_at_its_size_limit_stays_fast(redactor: Redactor, unit: str) -> None:
