@@ -38,9 +38,9 @@ from kombu.exceptions import OperationalError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from producers.replies import JSONReply
 from producers.request_guard import LOOPBACK_HOSTS, allowed_hosts_for, guard_middleware
 from shared.core.errors import PermanentError
 from shared.core.persistence import persistence_warning
@@ -147,9 +147,9 @@ def create_app(
 
     queue_now = Spool(intake, default_service=default_service, max_records=max_records)
 
-    async def events(request: Request) -> JSONResponse:
+    async def events(request: Request) -> JSONReply:
         if not bearer_ok(request, token):
-            return JSONResponse(
+            return JSONReply(
                 {"error": "missing or wrong bearer token"},
                 status_code=401,
                 headers={"WWW-Authenticate": "Bearer"},
@@ -158,7 +158,7 @@ def create_app(
         try:
             raw = await read_body(request, max_body_bytes, read_timeout)
         except BodyError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+            return JSONReply({"error": str(exc)}, status_code=exc.status)
         # The decompressed body and the query: a retry of this request repeats both (whether
         # it waits or not).
         query = urlencode([(k, v) for k, v in params.multi_items() if k != "wait"])
@@ -168,7 +168,7 @@ def create_app(
         try:
             records = decode_records(raw, max_records=max_records)
         except BodyError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+            return JSONReply({"error": str(exc)}, status_code=exc.status)
         batch = parse_batch(
             records,
             service=params.get("service"),
@@ -207,19 +207,19 @@ def create_app(
         }
         if batch.rejected and not batch.accepted and not batch.ignored:
             first = batch.rejected[0]["error"]
-            return JSONResponse({**body, "error": first}, status_code=400)
-        return JSONResponse(body, status_code=202)
+            return JSONReply({**body, "error": first}, status_code=400)
+        return JSONReply(body, status_code=202)
 
-    async def healthz(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
+    async def healthz(request: Request) -> JSONReply:
+        return JSONReply({"status": "ok"})
 
-    async def readyz(request: Request) -> JSONResponse:
+    async def readyz(request: Request) -> JSONReply:
         try:
             await run_in_threadpool(_ping, intake.app)
             warning = await run_in_threadpool(persistence_warning, intake.groups.r)
         except Exception as exc:  # any failure to reach the broker means not ready
-            return JSONResponse({"status": "unavailable", "redis": str(exc)}, status_code=503)
-        return JSONResponse({"status": "ready", "warnings": [warning] if warning else []})
+            return JSONReply({"status": "unavailable", "redis": str(exc)}, status_code=503)
+        return JSONReply({"status": "ready", "warnings": [warning] if warning else []})
 
     limits = SdkLimits(max_body_bytes, max_trace_bytes, max_records, read_timeout)
     # The Slack app's Request URL for button presses (producers/slack_routes.py), when set up.
@@ -286,6 +286,8 @@ def queue_batch(
         "rejected": rejected[:REPLY_LIST_MAX],
         "rejected_count": len(rejected),
     }
+    if not records:  # an empty array: nothing to queue, nothing wrong
+        return body, 202, None
     if len(rejected) == len(records):
         return {**body, "error": rejected[0]["error"]}, 400, None
     queued = QueuedBatch(
@@ -306,7 +308,7 @@ class Spool:
         self.intake, self.default_service, self.max_records = intake, default_service, max_records
         self.client: aioredis.Redis | None = None
 
-    async def __call__(self, raw: bytes, digest: str, service: str | None) -> JSONResponse:
+    async def __call__(self, raw: bytes, digest: str, service: str | None) -> JSONReply:
         def check() -> tuple[dict[str, Any], int, tuple[str, bytes] | None]:
             return queue_batch(
                 self.intake,
@@ -328,13 +330,13 @@ class Spool:
                 await self.client.lpush(*message)
             except (redis.RedisError, OSError) as exc:
                 return unavailable(exc)
-        return JSONResponse(reply, status_code=status)
+        return JSONReply(reply, status_code=status)
 
 
-def unavailable(exc: Exception) -> JSONResponse:
+def unavailable(exc: Exception) -> JSONReply:
     """Redis out of reach: a 503 the shipper retries after Retry-After."""
     log.warning("ingest.unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
-    return JSONResponse(
+    return JSONReply(
         {"error": f"cannot reach Redis, retry later: {type(exc).__name__}: {exc}"},
         status_code=503,
         headers={"Retry-After": str(RETRY_AFTER_S)},

@@ -28,8 +28,9 @@ from collections.abc import Sequence
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from producers.replies import JSONReply
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 LOOPBACK_BINDS = ("127.0.0.1", "localhost", "::1")
@@ -64,7 +65,7 @@ class OriginAndTypeGuard:
         allowed = origin is not None and origin.rstrip("/") in self.allowed_origins
         refusal = None
         if origin is not None and not allowed:
-            refusal = JSONResponse(
+            refusal = JSONReply(
                 {
                     "error": f"requests from web pages are refused (Origin {origin[:200]}): add "
                     "the origin to TRACEHOUND_INGEST_ALLOWED_ORIGINS if it should report here"
@@ -74,7 +75,7 @@ class OriginAndTypeGuard:
         elif scope["method"] == "POST" and not scope["path"].startswith(SIGNED_FORM_PATHS):
             kind = headers.get("content-type", "").split(";")[0].strip().lower()
             if kind in SIMPLE_TYPES and not (allowed and kind == "text/plain"):
-                refusal = JSONResponse(
+                refusal = JSONReply(
                     {
                         "error": f"content-type {kind} is refused: send application/json, "
                         "application/x-ndjson, application/x-protobuf or a Sentry envelope"

@@ -32,10 +32,11 @@ import redis
 from kombu.exceptions import OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from producers.ingest import RETRY_AFTER_S, _inflate, bearer_ok, group_replies, read_body, same
+from producers.replies import JSONReply
 from shared.core.domain import ErrorEvent
 from shared.core.errors import PermanentError
 from shared.intake import otlp
@@ -80,8 +81,8 @@ async def submit(intake: Intake, events: list[ErrorEvent]) -> list[Submitted]:
         raise Unavailable(f"cannot reach Redis, retry later: {type(exc).__name__}: {exc}") from exc
 
 
-def unavailable(exc: Unavailable) -> JSONResponse:
-    return JSONResponse(
+def unavailable(exc: Unavailable) -> JSONReply:
+    return JSONReply(
         {"detail": str(exc)}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)}
     )
 
@@ -118,19 +119,19 @@ class SdkRoutes:
 
     # --- Sentry ------------------------------------------------------------------------------
 
-    def sentry_denied(self, request: Request) -> JSONResponse | None:
+    def sentry_denied(self, request: Request) -> JSONReply | None:
         project = request.path_params["project_id"]
         if not PROJECT_ID.fullmatch(project):
             # The id names the service when it is not mapped: keep it a short plain name.
-            return JSONResponse({"detail": "a project id is up to 64 letters, digits, - or _"}, 400)
+            return JSONReply({"detail": "a project id is up to 64 letters, digits, - or _"}, 400)
         if self.sentry_projects and project not in self.sentry_projects:
-            return JSONResponse(
+            return JSONReply(
                 {"detail": f"unknown project {project} (not in TRACEHOUND_SENTRY_PROJECTS)"}, 403
             )
         if self.sentry_keys is None:
             return None
         if not self.sentry_keys:
-            return JSONResponse(
+            return JSONReply(
                 {"detail": "no DSN key is configured here (TRACEHOUND_SENTRY_KEYS)"}, 401
             )
         given = ""
@@ -141,9 +142,9 @@ class SdkRoutes:
                 break
         given = given or request.query_params.get("sentry_key", "")
         if not given:
-            return JSONResponse({"detail": "missing sentry_key (check the DSN)"}, 401)
+            return JSONReply({"detail": "missing sentry_key (check the DSN)"}, 401)
         if not any(same(given, k) for k in self.sentry_keys):
-            return JSONResponse({"detail": "unknown sentry_key (check the DSN)"}, 403)
+            return JSONReply({"detail": "unknown sentry_key (check the DSN)"}, 403)
         return None
 
     def sentry_event(
@@ -170,7 +171,7 @@ class SdkRoutes:
 
     async def sentry_reply(
         self, project: str, event_id: str, events: list[ErrorEvent], dropped: Counter[str]
-    ) -> JSONResponse:
+    ) -> JSONReply:
         try:
             submitted = await submit(self.intake, events)
         except Unavailable as exc:
@@ -188,9 +189,9 @@ class SdkRoutes:
         # Beyond what SDKs read: what became of each item.
         body |= {"accepted": [e.id for e in events], "groups": group_replies(submitted)}
         body["dropped"] = dict(dropped)
-        return JSONResponse(body, status_code=200)
+        return JSONReply(body, status_code=200)
 
-    async def envelope(self, request: Request) -> JSONResponse:
+    async def envelope(self, request: Request) -> JSONReply:
         project = request.path_params["project_id"]
         if denied := self.sentry_denied(request):
             return denied
@@ -199,11 +200,11 @@ class SdkRoutes:
             raw = await read_body(request, limits.max_body_bytes, limits.read_timeout)
             env = parse_envelope(raw, max_items=limits.max_records)
         except BodyError as exc:
-            return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+            return JSONReply({"detail": str(exc)}, status_code=exc.status)
         except TooManyItems as exc:
-            return JSONResponse({"detail": str(exc)}, status_code=413)
+            return JSONReply({"detail": str(exc)}, status_code=413)
         except EnvelopeError as exc:
-            return JSONResponse({"detail": f"malformed envelope: {exc}"}, status_code=400)
+            return JSONReply({"detail": f"malformed envelope: {exc}"}, status_code=400)
         events: list[ErrorEvent] = []
         dropped: Counter[str] = Counter()
         for n, item in enumerate(env.items):
@@ -214,18 +215,18 @@ class SdkRoutes:
                 payload = loads(item.payload.decode("utf-8", errors="replace"), f"item {n}")
                 found, reason = self.sentry_event(payload, project, env.event_id)
             except json.JSONDecodeError as exc:
-                return JSONResponse(
+                return JSONReply(
                     {"detail": f"malformed envelope: item {n} is not JSON: {exc.msg}"}, 400
                 )
             except BodyError as exc:
-                return JSONResponse({"detail": f"item {n}: {exc}"}, status_code=exc.status)
+                return JSONReply({"detail": f"item {n}: {exc}"}, status_code=exc.status)
             if found is None:
                 dropped[f"event ({reason})"] += 1
             else:
                 events.append(found)
         return await self.sentry_reply(project, env.event_id, events, dropped)
 
-    async def store(self, request: Request) -> JSONResponse:
+    async def store(self, request: Request) -> JSONReply:
         project = request.path_params["project_id"]
         if denied := self.sentry_denied(request):
             return denied
@@ -235,9 +236,9 @@ class SdkRoutes:
             payload = loads(_store_body(raw, limits.max_body_bytes).decode(errors="replace"), "")
             found, reason = self.sentry_event(payload, project, "")
         except BodyError as exc:
-            return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+            return JSONReply({"detail": str(exc)}, status_code=exc.status)
         except json.JSONDecodeError as exc:
-            return JSONResponse({"detail": f"malformed event JSON: {exc.msg}"}, 400)
+            return JSONReply({"detail": f"malformed event JSON: {exc.msg}"}, 400)
         dropped: Counter[str] = Counter()
         if found is None:
             dropped[f"event ({reason})"] += 1
@@ -257,14 +258,14 @@ class SdkRoutes:
 
     async def otlp_export(self, request: Request, signal: otlp.Signal) -> Response:
         if not self.token_ok(request):
-            return JSONResponse(
+            return JSONReply(
                 {"error": "missing or wrong bearer token"},
                 status_code=401,
                 headers={"WWW-Authenticate": "Bearer"},
             )
         kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind not in (PROTOBUF, "application/json"):
-            return JSONResponse(
+            return JSONReply(
                 {"error": f"content-type {kind or '(none)'}: send {PROTOBUF} or application/json"},
                 status_code=415,
             )
@@ -288,11 +289,11 @@ class SdkRoutes:
             # and the other requests are served meanwhile.
             batch = await run_in_threadpool(decode, raw)
         except BodyError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+            return JSONReply({"error": str(exc)}, status_code=exc.status)
         except otlp.OverBounds as exc:
-            return JSONResponse({"error": str(exc)}, status_code=413)
+            return JSONReply({"error": str(exc)}, status_code=413)
         except otlp.OtlpError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
+            return JSONReply({"error": str(exc)}, status_code=400)
         try:
             submitted = await submit(self.intake, batch.accepted)
         except Unavailable as exc:

@@ -20,10 +20,11 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from producers.ingest import read_body
+from producers.replies import JSONReply
 from shared.core.pipeline import enqueue_slack_action
 from shared.intake.batch import BodyError
 from shared.notify.actions import parse_actions
@@ -42,23 +43,23 @@ def slack_routes(app: Celery, signing_secret: str, *, read_timeout: float = 30.0
         try:
             body = await read_body(request, MAX_BODY, read_timeout)
         except BodyError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+            return JSONReply({"error": str(exc)}, status_code=exc.status)
         try:
             valid = verifier.is_valid_request(body, dict(request.headers))
         except (ValueError, TypeError):  # a timestamp that is not a number, and the like
             valid = False
         if not valid:
             log.warning("slack.bad_signature", extra={"client": str(request.client)})
-            return JSONResponse({"error": "bad or expired Slack signature"}, status_code=401)
+            return JSONReply({"error": "bad or expired Slack signature"}, status_code=401)
         payload = _payload(body)
         if payload is None:
-            return JSONResponse({"error": "no interaction payload"}, status_code=400)
+            return JSONReply({"error": "no interaction payload"}, status_code=400)
         if parse_actions(payload):
             try:
                 await run_in_threadpool(enqueue_slack_action, app, payload)
             except (OperationalError, redis.RedisError, OSError) as exc:
                 log.error("slack.enqueue_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
-                return JSONResponse({"error": "cannot reach Redis, retry"}, status_code=503)
+                return JSONReply({"error": "cannot reach Redis, retry"}, status_code=503)
         return Response(status_code=200)
 
     return [Route("/slack/actions", actions, methods=["POST"])]

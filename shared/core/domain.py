@@ -26,6 +26,25 @@ def one_line(value: str, limit: int) -> str:
     return flat[: limit - 9] + "…" + digest
 
 
+def encodable(value: Any) -> Any:
+    """``value`` with every string (keys too, in nested dicts and lists) encodable as UTF-8 (a
+    lone surrogate, which JSON's ``"\\ud800"`` escape decodes to, becomes ``?``) and every
+    integer past 64 bits as its digits, so the event can be stored, queued and sent on."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "replace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {encodable(k): encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encodable(v) for v in value]
+    if isinstance(value, int) and not -(2**63) <= value < 2**64:
+        return str(value)  # past 64 bits: JSON encoders (orjson) refuse the number
+    return value
+
+
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -42,6 +61,11 @@ class ErrorEvent(Frozen):
     level: str = "ERROR"
     timestamp: datetime = Field(default_factory=lambda: datetime.now(UTC))
     attributes: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _encodable(cls, value: Any) -> Any:
+        return encodable(value)
 
     @field_validator("service", "repo")
     @classmethod

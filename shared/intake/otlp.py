@@ -297,7 +297,10 @@ def _timestamp(record: dict[str, Any]) -> str | None:
         except (TypeError, ValueError):
             continue
         if nanos > 0:
-            return datetime.fromtimestamp(nanos / 1e9, UTC).isoformat()
+            try:
+                return datetime.fromtimestamp(nanos / 1e9, UTC).isoformat()
+            except (ValueError, OverflowError, OSError):  # past year 9999: not a time
+                continue
     return None
 
 

@@ -199,6 +199,22 @@ def test_the_reply_lists_at_most_a_hundred_rejections_and_counts_them_all(sink: 
     assert len(body["accepted"]) == 1
 
 
+def test_an_empty_batch_queued_without_waiting_is_accepted_not_a_500(sink: Sink) -> None:
+    # found by benchmarks/fuzz_ingest.py: `[]` made the queue path index an empty list
+    r = httpx.post(f"{sink.url}/v1/events", content=b"[]", timeout=30)
+    assert r.status_code == 202 and r.json()["queued"] == 0
+
+
+def test_a_lone_surrogate_echoed_in_a_reply_is_escaped_not_a_500(sink: Sink) -> None:
+    # found by benchmarks/fuzz_ingest.py: JSON's "\ud800" escape is valid JSON text, decodes to
+    # a str UTF-8 cannot encode, and a reply that echoed it failed to render
+    r = sink.post('{"level": "error", "message": "bad \\ud800", "service": "shop-\\udc00"}')
+    assert r.status_code == 400 and "surrogate" in r.json()["error"]  # refused, said why
+    envelope = b'{}\n{"type": "\\ud800", "length": 2}\n{}\n'
+    r = httpx.post(f"{sink.url}/api/1/envelope/", content=envelope, timeout=30)
+    assert r.status_code < 500, r.text
+
+
 def test_a_body_that_trickles_in_is_cut_off(sink: Sink) -> None:
     def slow() -> Iterator[bytes]:
         yield b'{"level": "error", '

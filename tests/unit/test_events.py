@@ -296,3 +296,16 @@ def test_each_language_names_the_thrown_exception(text: str, exc_type: str, mess
     event = parse_event(text, service="s", repo=None)
     assert (event.exception_type, event.message) == (exc_type, message)
     assert event.stacktrace
+
+
+def test_a_lone_surrogate_from_a_json_escape_becomes_a_replacement_that_can_be_queued() -> None:
+    # "\ud800" is valid JSON text; json.loads gives a str that UTF-8 cannot encode, and the
+    # event could then be neither queued nor stored (found by benchmarks/fuzz_ingest.py).
+    record = json.loads(
+        '{"level": "error", "message": "bad \\ud800 byte", "service": "api\\udc00",'
+        ' "attributes": {"k\\ud800": ["\\udfff"]}}'
+    )
+    event = from_record(record, origin="sent", service=None, repo=None)
+    assert isinstance(event, ErrorEvent)
+    queued = json.dumps(event.model_dump(mode="json"), ensure_ascii=False).encode("utf-8")
+    assert b"bad ? byte" in queued and b"api?" in queued and b'"k?": ["?"]' in queued

@@ -100,3 +100,23 @@ def test_malformed_protobuf_is_a_clear_error(body: bytes) -> None:
 
 def test_the_logs_signal_is_the_default() -> None:
     assert decode_request(b"", protobuf=True) == decode_request(b"", protobuf=True, signal=LOGS)
+
+
+def test_a_time_past_year_9999_and_an_int_past_64_bits_make_an_event_that_can_be_queued() -> None:
+    # both found by benchmarks/fuzz_ingest.py: the first raised in datetime, the second in
+    # orjson when the event was queued
+    import orjson
+
+    from shared.intake.otlp import read_logs
+
+    record = {
+        "severityText": "ERROR",
+        "timeUnixNano": str(10**30),
+        "body": {"stringValue": "payment failed"},
+        "attributes": [{"key": "order.id", "value": {"intValue": 2**70}}],
+    }
+    request = {"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]}
+    batch = read_logs(request, protobuf=False, default_service="shop", max_bytes=64_000)
+    assert len(batch.accepted) == 1
+    queued = orjson.loads(orjson.dumps(batch.accepted[0].model_dump(mode="json")))
+    assert queued["attributes"]["log_attributes"]["order.id"] == str(2**70)
