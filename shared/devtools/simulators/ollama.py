@@ -223,6 +223,11 @@ def pair_tokens(query: str, document: str) -> int:
     return 4 + sum(max(1, math.ceil(len(w) / 6)) for w in words)
 
 
+def _llamacpp_error(code: int, message: str, kind: str) -> dict[str, Any]:
+    """llama.cpp's error body (tools/server/server-common.cpp format_error_response)."""
+    return {"error": {"code": code, "message": message, "type": kind}}
+
+
 @dataclass(frozen=True)
 class PromptCandidate:
     """One ``<candidate rank=.. path=.. lines=a-b>`` block of an analysis prompt."""
@@ -1395,22 +1400,32 @@ class OllamaSimulator(LoopbackSimulator):
         (format_response_rerank). The "probability" flavour answers like vLLM and the
         hosted rerankers: sigmoid scores, long documents truncated."""
         ollama_shape = path == "/api/rerank"
-        model = self._require_model(body, required=ollama_shape)
-        query = body.get("query")
-        if not isinstance(query, str):
-            raise _HttpError(400, "query must be a string")
         with self._lock:
             cfg = self._config
             flavor, ubatch, scale = cfg.rerank_flavor, cfg.rerank_ubatch, cfg.rerank_token_scale
-        logits = flavor == "llamacpp" or ollama_shape
+        llamacpp = flavor == "llamacpp" and not ollama_shape
+        logits = llamacpp or ollama_shape
+        if llamacpp:
+            # llama-server serves the one model it loaded: post_rerank never reads "model",
+            # format_response_rerank echoes it (server-common.cpp:1574, b11434).
+            model = body["model"] if isinstance(body.get("model"), str) else None
+        else:
+            model = self._require_model(body, required=ollama_shape)
+        query = body.get("query")
+        if not isinstance(query, str):
+            if llamacpp:  # post_rerank (server-context.cpp:5518-5526)
+                message = (
+                    '"query" must be a string' if "query" in body else '"query" must be provided'
+                )
+                return h.send_json(400, _llamacpp_error(400, message, "invalid_request_error"))
+            raise _HttpError(400, "query must be a string")
         raw_docs = body.get("documents")
         if logits and not (
             isinstance(raw_docs, list) and raw_docs and all(isinstance(d, str) for d in raw_docs)
         ):
             # post_rerank: "documents" must be a non-empty array of strings.
             message = '"documents" must be a non-empty string array'
-            error = {"code": 400, "message": message, "type": "invalid_request_error"}
-            return h.send_json(400, {"error": error})
+            return h.send_json(400, _llamacpp_error(400, message, "invalid_request_error"))
         docs = self._documents(raw_docs, "documents")
         counts = [math.ceil(pair_tokens(query, d) * scale) for d in docs]
         if logits:
@@ -1420,8 +1435,7 @@ class OllamaSimulator(LoopbackSimulator):
                         f"input ({n} tokens) is too large to process. increase the physical "
                         f"batch size (current batch size: {ubatch})"
                     )
-                    error = {"code": 500, "message": message, "type": "server_error"}
-                    return h.send_json(500, {"error": error})
+                    return h.send_json(500, _llamacpp_error(500, message, "server_error"))
         if ollama_shape and model is not None:
             self._ensure_loaded(model)
         if delay := self._latency("rerank"):
@@ -1434,22 +1448,22 @@ class OllamaSimulator(LoopbackSimulator):
         results: list[dict[str, Any]] = []
         for i in order:
             result: dict[str, Any] = {"index": i, "relevance_score": scores[i]}
-            if body.get("return_documents"):
+            # llama.cpp returns texts only in TEI's format (server-common.cpp:1548)
+            if body.get("return_documents") and not llamacpp:
                 result["document"] = {"text": docs[i]}
             results.append(result)
         tokens = sum(counts)
         if ollama_shape and model is not None:
             self._after_reply(model, body)
-        return h.send_json(
-            200,
-            {
-                "id": f"rerank-sim-{time.monotonic_ns()}",
-                "model": model or "simulated-reranker",
-                "object": "list",
-                "results": results,
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-            },
-        )
+        reply: dict[str, Any] = {
+            "model": model or "simulated-reranker",
+            "object": "list",
+            "results": results,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        if not llamacpp:  # llama.cpp's reply has no id (server-common.cpp:1573-1581)
+            reply = {"id": f"rerank-sim-{time.monotonic_ns()}", **reply}
+        return h.send_json(200, reply)
 
     def _rerank_tei(self, h: _Handler, path: str, body: dict[str, Any]) -> int:
         """Hugging Face TEI's /rerank (router/src/http/server.rs): empty ``texts`` is a 400
