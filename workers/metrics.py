@@ -151,9 +151,7 @@ class BacklogCollector:
         )
 
 
-def serve(
-    port: int, data_dir: Path, redis_url: str | None = None, host: str = "127.0.0.1"
-) -> None:
+def serve(port: int, data_dir: Path, redis_url: str | None = None, host: str = "127.0.0.1") -> None:
     """In the worker's main process, before the pool forks: start the /metrics server on
     ``host`` (loopback unless configured: it has no authentication)."""
     directory = Path(data_dir) / "metrics" / f"worker-{os.getpid()}"

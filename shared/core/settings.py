@@ -314,7 +314,7 @@ class Settings(BaseSettings):
     slack_rerun_interval: float = Field(
         300.0,
         ge=0,
-        description="Seconds between two \"Analyze again\" runs of one group (each is a fresh, "
+        description='Seconds between two "Analyze again" runs of one group (each is a fresh, '
         "uncached LLM call): a press within it is answered, not run.",
     )
     slack_pace: float = Field(
