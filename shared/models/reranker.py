@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 DOC_MAX_CHARS = 4000
 QUERY_SHARE = 4  # the query takes at most a quarter of a pair's tokens; the file the rest
 PAIR_OVERHEAD = 8  # BOS, EOS, SEP and the tokens a rerank template adds around the pair
+MIN_ROOM = 16  # tokens of query and code below which a relevance score means nothing
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,14 @@ BACKENDS: dict[str, Backend] = {
     "tei": Backend("/rerank", "tei", "probability", batch=True),
 }
 PATHS = {name: b.path for name, b in BACKENDS.items()}
+# llama.cpp refuses a rerank pair (which it cannot split) over its physical batch with a 500,
+# and one within the batch but over the slot's context with a 400 exceed_context_size_error
+# (tools/server/server-context.cpp, b11434): both name the pair's size and the limit.
 _TOO_LARGE = re.compile(r"input \((\d+) tokens\) is too large.*?current batch size: (\d+)", re.S)
+_OVER_CONTEXT = re.compile(
+    r"input \((\d+) tokens\) is larger than the max context size \((\d+) tokens\)"
+)
+LEARN_ATTEMPTS = 4  # requests of one call while refusals still teach something
 
 
 class RerankRefused(PermanentError):
@@ -167,7 +175,7 @@ class HttpReranker:
         docs = [d[:DOC_MAX_CHARS] for d in documents]
         if not self.kind.pair_limit:
             return query, docs
-        room = max(16, self.max_tokens - PAIR_OVERHEAD)
+        room = max(MIN_ROOM, self.max_tokens - PAIR_OVERHEAD)
         query = self.tokens.fit(query, room // QUERY_SHARE)
         left = room - self.tokens(query)
         return query, [self.tokens.fit(d, left) for d in docs]
@@ -175,16 +183,19 @@ class HttpReranker:
     def scores(self, query: str, documents: Sequence[str]) -> list[float]:
         if not documents:
             return []
+        for _ in range(LEARN_ATTEMPTS - 1):
+            try:
+                return self._scores(query, documents)
+            except _TooLarge as refused:
+                # The server's limit is below the configured one, or its tokenizer counts
+                # more than the estimate: learn both from its answer and try again, as long
+                # as the answer taught something.
+                if not self._learn(refused):
+                    raise RerankRefused(str(refused)) from refused
         try:
             return self._scores(query, documents)
         except _TooLarge as refused:
-            # The server's batch is smaller than configured, or its tokenizer counts more
-            # than the estimate: learn both from its answer and try once more.
-            self._learn(refused)
-            try:
-                return self._scores(query, documents)
-            except _TooLarge as again:
-                raise RerankRefused(str(again)) from again
+            raise RerankRefused(str(refused)) from refused
 
     def _scores(self, query: str, documents: Sequence[str]) -> list[float]:
         query, docs = self.fitted(query, documents)
@@ -201,7 +212,14 @@ class HttpReranker:
             results = json_body(self._post(body, what), what)
             return scores_by_index(results, len(docs), score_key="score")
         body = {"model": self.model, "query": query, "documents": docs, "top_n": len(docs)}
-        payload = json_body(self._post(body, what), what)
+        try:
+            answer = self._post(body, what)
+        except _TooLarge as refused:
+            # the refused pair is one of these: the largest estimate is the one that was
+            # undercounted least, so n over it is what the estimate must scale by at least
+            refused.largest = max(self.tokens.raw(query) + self.tokens.raw(d) for d in docs)
+            raise
+        payload = json_body(answer, what)
         if isinstance(payload, dict):
             self._calibrate(query, docs, payload.get("usage"))
         results = payload.get("results") if isinstance(payload, dict) else None
@@ -212,23 +230,31 @@ class HttpReranker:
         ``_TooLarge`` (not a server that is down)."""
         try:
             return post_json(self._client, self.url, body, what, refused=RerankRefused)
-        except TransientError as exc:
-            if (found := _TOO_LARGE.search(str(exc))) is not None:
+        except (TransientError, RerankRefused) as exc:
+            pattern = _TOO_LARGE if isinstance(exc, TransientError) else _OVER_CONTEXT
+            if (found := pattern.search(str(exc))) is not None:
                 raise _TooLarge(str(exc), int(found.group(1)), int(found.group(2))) from exc
             raise
 
-    def _learn(self, refused: _TooLarge) -> None:
+    def _learn(self, refused: _TooLarge) -> bool:
+        """The limit and the pair's size the refusal names, learnt; whether anything changed."""
+        if refused.batch - PAIR_OVERHEAD < MIN_ROOM:
+            return False  # a limit that leaves no room for a query and its code to be read
         before = (self.max_tokens, self.tokens.scale)
-        # Every pair was estimated within the old room, so the one the server counted at
-        # ``n`` tokens was undercounted by at least n / room.
-        room = max(1, self.max_tokens - PAIR_OVERHEAD)
-        self.tokens.observe(math.ceil(room / self.tokens.scale), refused.n)
+        if refused.largest:  # the text of the largest pair, without its special tokens
+            self.tokens.observe(refused.largest, max(1, refused.n - PAIR_OVERHEAD))
         self.max_tokens = min(self.max_tokens, refused.batch)
+        if (self.max_tokens, self.tokens.scale) == before:
+            # The refused pair was a smaller one, undercounted more than the largest: scale
+            # by its overshoot, so that every attempt fits tighter.
+            self.tokens.grow(max(refused.n / refused.batch, 1.02))
+        now = (self.max_tokens, self.tokens.scale)
         log.warning(
             "rerank.too_large",
             extra={"backend": self.backend, "server_batch": refused.batch, "tokens": refused.n,
-                   "was": before, "now": (self.max_tokens, self.tokens.scale)},
+                   "was": before, "now": now},
         )  # fmt: skip
+        return now != before
 
     def _calibrate(self, query: str, docs: list[str], usage: Any) -> None:
         """llama.cpp reports the tokens it read (``usage.prompt_tokens``): an estimate below
@@ -243,9 +269,13 @@ class HttpReranker:
 
 
 class _TooLarge(Exception):
+    """A pair the server counted at ``n`` tokens, over its limit ``batch`` (the physical
+    batch, or the slot's context); ``largest``: the largest raw estimate of a pair's text
+    (query and document) in the refused request."""
+
     def __init__(self, message: str, n: int, batch: int) -> None:
         super().__init__(message)
-        self.n, self.batch = n, batch
+        self.n, self.batch, self.largest = n, batch, 0
 
 
 def candidate_document(candidate: Candidate) -> str:

@@ -75,6 +75,11 @@ class TokenCount:
                 return text[: m.start()]
         return text
 
+    def grow(self, factor: float) -> None:
+        """Scale up by ``factor`` (a server refused what the estimate said would fit)."""
+        with self._lock:
+            self.scale = min(MAX_SCALE, self.scale * factor)
+
     def observe(self, estimated_raw: int, actual: int) -> None:
         """A server counted ``actual`` tokens where the raw estimate said ``estimated_raw``:
         scale up when it counted more; down (``learn_down``) to the largest recent ratio."""

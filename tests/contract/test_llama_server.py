@@ -275,14 +275,6 @@ def test_an_invalid_request_is_refused_alike(sides: Sides, body: dict[str, Any])
     assert (sim_status, simulated) == (real_status, real)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="simulator bug: a body that is not JSON gets the Ollama shape "
-    '{"error": "invalid JSON request body: ..."} (OllamaSimulator._route), llama.cpp answers '
-    '{"error": {"code": 400, "message": "[json.exception.parse_error.101] ...", '
-    '"type": "invalid_request_error"}} (tools/server/server.cpp:65-68, ex_wrapper)',
-)
 def test_a_body_that_is_not_json_is_refused_alike(sides: Sides) -> None:
     answers = [
         sides.http.post(f"{url}/v1/rerank", content=b"{no",
@@ -296,13 +288,6 @@ def test_a_body_that_is_not_json_is_refused_alike(sides: Sides) -> None:
     assert (simulated["error"]["code"], simulated["error"]["type"]) == (400, real["error"]["type"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="simulator bug: no slot-context rule. A pair within -ub but over the slot context "
-    "(-c, capped at the model's training context) is a 400 exceed_context_size_error "
-    "(tools/server/server-context.cpp:3407-3416); the simulator accepts it",
-)
 def test_a_pair_over_the_slot_context_is_refused_alike(
     http: httpx.Client, llama_small_context: str
 ) -> None:
@@ -312,7 +297,7 @@ def test_a_pair_over_the_slot_context_is_refused_alike(
     assert (status, real) == (400, {"error": {
         "code": 400, "message": message, "type": "exceed_context_size_error",
         "n_prompt_tokens": 614, "n_ctx": 512}})  # fmt: skip
-    with OllamaSimulator(rerank_ubatch=2048) as sim:  # the same -ub; no way to say -c
+    with OllamaSimulator(rerank_ubatch=2048, rerank_ctx=512) as sim:  # the same -ub and n_ctx
         assert exchange(http, sim.url, body) == (status, real)
 
 
@@ -373,15 +358,6 @@ def test_the_simulator_counting_like_the_vocabulary_gives_the_client_the_same_an
     assert outcomes[0] == outcomes[1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RerankRefused,
-    reason="client bug: HttpReranker._learn divides the size a refusal names by the whole "
-    "room (max_tokens - 8), not by the refused pair's own estimate, so a pair shorter than "
-    "the room teaches no scale (1935 tokens over a 2040 room: the scale stays 1.0); its one "
-    "retry, cut to -ub by the unchanged estimate, is refused again (325 > 256) and the "
-    "rerank fails with RerankRefused",
-)
 def test_code_over_a_smaller_batch_is_scored_after_its_refusal(llama: str) -> None:
     client = Recorded(llama)
     try:
@@ -390,24 +366,10 @@ def test_code_over_a_smaller_batch_is_scored_after_its_refusal(llama: str) -> No
         assert client.statuses[0] == 500
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="client bug (as above): the health probe's trace and file are code; against a real "
-    "server with -ub below rerank_max_tokens it is refused twice and the host reads as down",
-)
 def test_the_health_check_passes_on_a_server_with_a_smaller_batch(llama: str) -> None:
     assert reranker_answers(Recorded(llama).reranker)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RerankRefused,
-    reason="client bug: llama.cpp refuses a pair within -ub but over the slot context with "
-    "HTTP 400 'input (N tokens) is larger than the max context size (M tokens)' "
-    "(tools/server/server-context.cpp:3407-3416); HttpReranker parses only the 500 "
-    "'too large' refusal, so it never learns M and every long pair stays refused",
-)
 def test_a_context_smaller_than_the_batch_is_learnt_from_the_refusal(
     llama_small_context: str,
 ) -> None:

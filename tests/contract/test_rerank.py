@@ -19,7 +19,13 @@ import pytest
 from shared.core.domain import RERANK_REFUSED, RERANK_UNAVAILABLE, ErrorEvent, Investigation
 from shared.devtools.simulators.ollama import OllamaSimulator, pair_tokens
 from shared.models.health import reranker_answers
-from shared.models.reranker import DOC_MAX_CHARS, HttpReranker, RerankRefused, relevance
+from shared.models.reranker import (
+    DOC_MAX_CHARS,
+    LEARN_ATTEMPTS,
+    HttpReranker,
+    RerankRefused,
+    relevance,
+)
 from shared.notify.delivery import needs_second_chance
 
 pytestmark = pytest.mark.contract
@@ -92,6 +98,20 @@ def test_a_server_batch_smaller_than_configured_is_learnt_from_its_refusal(
     assert reranker.max_tokens == 512
 
 
+def test_a_slot_context_smaller_than_the_batch_is_learnt_from_its_400(
+    server: OllamaSimulator,
+) -> None:
+    """A reranker of 512 positions behind the README's -ub 2048: the pair fits the batch but
+    not the slot, and llama.cpp answers 400 exceed_context_size_error, not the batch's 500.
+    The worker learns the context from it as from the batch refusal, instead of giving up."""
+    server.configure(rerank_ubatch=2048, rerank_ctx=512)
+    reranker = HttpReranker("llamacpp", server.url, MODEL, max_tokens=2048)
+    assert len(reranker.scores(QUERY, FILES[:5])) == 5
+    answers = server.requests_to("/v1/rerank")
+    assert [r["status"] for r in answers] == [400, 200]
+    assert reranker.max_tokens == 512 and max(sent_pairs(server)[-5:]) <= 512
+
+
 def test_a_vocabulary_that_counts_more_tokens_scales_the_estimate(
     server: OllamaSimulator,
 ) -> None:
@@ -109,7 +129,22 @@ def test_a_refusal_that_learning_cannot_fix_is_refused_not_unavailable(
     reranker = HttpReranker("llamacpp", server.url, MODEL, max_tokens=512)
     with pytest.raises(RerankRefused, match="too large"):
         reranker.scores(QUERY, FILES[:3])
-    assert len(server.requests_to("/v1/rerank")) == 2  # learnt once, tried once more
+    # a limit that leaves no room for a query and its code is not worth a second request
+    assert len(server.requests_to("/v1/rerank")) == 1
+
+
+def test_a_server_that_keeps_refusing_is_asked_a_bounded_number_of_times(
+    server: OllamaSimulator,
+) -> None:
+    # a tokenizer that cuts code forty times finer than the estimate: every refusal teaches
+    # the client something, but it stops after LEARN_ATTEMPTS requests all the same
+    server.configure(rerank_ubatch=64, rerank_token_scale=40.0)
+    reranker = HttpReranker("llamacpp", server.url, MODEL, max_tokens=512)
+    with pytest.raises(RerankRefused):
+        reranker.scores(QUERY, FILES[:3])
+    statuses = [r["status"] for r in server.requests_to("/v1/rerank")]
+    assert 2 <= len(statuses) <= LEARN_ATTEMPTS
+    assert reranker.max_tokens == 64
 
 
 def test_a_refused_rerank_gets_no_second_chance_but_a_host_that_was_down_does() -> None:

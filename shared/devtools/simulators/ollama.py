@@ -228,6 +228,30 @@ def _llamacpp_error(code: int, message: str, kind: str) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "type": kind}}
 
 
+def _llamacpp_limits(counts: list[int], ubatch: int, n_ctx: int) -> dict[str, Any] | None:
+    """llama.cpp's refusal of the first pair (of ``counts`` tokens each) over its limits.
+    Over the physical batch: a 500 server_error (tools/server update_slots: "input (%d tokens)
+    is too large to process. increase the physical batch size (current batch size: %d)").
+    Within the batch but over the slot's context: a 400, checked after the batch rule
+    (tools/server/server-context.cpp:3407-3416, b11434), whose error body carries both counts
+    (server-common.cpp format_error_response)."""
+    for n in counts:
+        if n > ubatch:
+            message = (
+                f"input ({n} tokens) is too large to process. increase the physical "
+                f"batch size (current batch size: {ubatch})"
+            )
+            return _llamacpp_error(500, message, "server_error")
+        if n > n_ctx:
+            message = (
+                f"input ({n} tokens) is larger than the max context size ({n_ctx} tokens). skipping"
+            )
+            error = _llamacpp_error(400, message, "exceed_context_size_error")
+            error["error"] |= {"n_prompt_tokens": n, "n_ctx": n_ctx}
+            return error
+    return None
+
+
 @dataclass(frozen=True)
 class PromptCandidate:
     """One ``<candidate rank=.. path=.. lines=a-b>`` block of an analysis prompt."""
@@ -627,9 +651,11 @@ class _Config:
     # /v1/rerank as llama.cpp serves it ("llamacpp": raw logits, a pair over rerank_ubatch
     # tokens refused), or as the hosted rerankers and vLLM do ("probability": sigmoid scores,
     # long documents truncated). rerank_token_scale multiplies the token count (a vocabulary
-    # that cuts text finer). TEI's --max-client-batch-size.
+    # that cuts text finer). rerank_ctx: llama.cpp's slot context (-c, capped at the model's
+    # training context: 8192 for bge-reranker-v2-m3). TEI's --max-client-batch-size.
     rerank_flavor: str = "llamacpp"
     rerank_ubatch: int = 512
+    rerank_ctx: int = 8192
     # chat_tokens times this: a vocabulary that cuts text finer than the default count.
     chat_token_scale: float = 1.0
     # A model that repeats what it read: every line of the prompt and the tool results that
@@ -652,6 +678,7 @@ class _Config:
             "tools_unsupported": self.tools_unsupported,
             "rerank_flavor": self.rerank_flavor,
             "rerank_ubatch": self.rerank_ubatch,
+            "rerank_ctx": self.rerank_ctx,
             "rerank_token_scale": self.rerank_token_scale,
             "chat_token_scale": self.chat_token_scale,
             "quote": self.quote,
@@ -741,6 +768,7 @@ class OllamaSimulator(LoopbackSimulator):
         chat_replies: Iterable[str] | None = None,
         exclusive: bool = False,
         rerank_ubatch: int = 512,
+        rerank_ctx: int = 8192,
     ) -> None:
         super().__init__(host=host, port=port)
         self._load_lock = threading.Lock()
@@ -762,6 +790,7 @@ class OllamaSimulator(LoopbackSimulator):
             chat_replies=list(chat_replies or []),
             exclusive=exclusive,
             rerank_ubatch=rerank_ubatch,
+            rerank_ctx=rerank_ctx,
         )
 
     # ------------------------------------------------------------ configuration
@@ -815,7 +844,7 @@ class OllamaSimulator(LoopbackSimulator):
             if opts["rerank_flavor"] not in ("llamacpp", "probability"):
                 raise ValueError("rerank_flavor is 'llamacpp' or 'probability'")
             cfg.rerank_flavor = str(opts["rerank_flavor"])
-        for name in ("rerank_ubatch", "tei_max_client_batch_size"):
+        for name in ("rerank_ubatch", "rerank_ctx", "tei_max_client_batch_size"):
             if name in opts:
                 setattr(cfg, name, max(1, int(opts[name])))
         for name in ("rerank_token_scale", "chat_token_scale"):
@@ -993,8 +1022,8 @@ class OllamaSimulator(LoopbackSimulator):
             }
             handler = handlers.get(path)
             if handler is not None:
-                if parse_error is not None:
-                    raise _HttpError(400, parse_error)
+                if parse_error is not None or body is None:
+                    return self._unreadable(h, path, parse_error)
                 if not isinstance(body, dict):
                     raise _HttpError(400, "missing or non-object JSON request body")
                 with self._lock:
@@ -1002,6 +1031,19 @@ class OllamaSimulator(LoopbackSimulator):
                 with self._slot if exclusive else contextlib.nullcontext():
                     return handler(h, path, body)
         return h.send_text(404, "404 page not found")
+
+    def _unreadable(self, h: _Handler, path: str, parse_error: str | None) -> int:
+        """A body that is not JSON (or none). llama-server parses every body with nlohmann's
+        json::parse, whose parse_error the route wrapper answers as a 400
+        invalid_request_error (tools/server/server.cpp:65-68, ex_wrapper, b11434); Ollama's
+        handlers answer ``{"error": "..."}`` (server/routes.go, ShouldBindJSON)."""
+        with self._lock:
+            llamacpp = self._config.rerank_flavor == "llamacpp"
+        if llamacpp and path == "/v1/rerank":
+            detail = parse_error or "attempting to parse an empty input"
+            message = f"[json.exception.parse_error.101] parse error: {detail}"
+            return h.send_json(400, _llamacpp_error(400, message, "invalid_request_error"))
+        raise _HttpError(400, parse_error or "missing or non-object JSON request body")
 
     # ---------------------------------------------------------- model handling
 
@@ -1403,6 +1445,7 @@ class OllamaSimulator(LoopbackSimulator):
         with self._lock:
             cfg = self._config
             flavor, ubatch, scale = cfg.rerank_flavor, cfg.rerank_ubatch, cfg.rerank_token_scale
+            n_ctx = cfg.rerank_ctx
         llamacpp = flavor == "llamacpp" and not ollama_shape
         logits = llamacpp or ollama_shape
         if llamacpp:
@@ -1428,14 +1471,8 @@ class OllamaSimulator(LoopbackSimulator):
             return h.send_json(400, _llamacpp_error(400, message, "invalid_request_error"))
         docs = self._documents(raw_docs, "documents")
         counts = [math.ceil(pair_tokens(query, d) * scale) for d in docs]
-        if logits:
-            for n in counts:
-                if n > ubatch:
-                    message = (
-                        f"input ({n} tokens) is too large to process. increase the physical "
-                        f"batch size (current batch size: {ubatch})"
-                    )
-                    return h.send_json(500, _llamacpp_error(500, message, "server_error"))
+        if logits and (refusal := _llamacpp_limits(counts, ubatch, n_ctx)) is not None:
+            return h.send_json(refusal["error"]["code"], refusal)
         if ollama_shape and model is not None:
             self._ensure_loaded(model)
         if delay := self._latency("rerank"):
