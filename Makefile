@@ -15,6 +15,7 @@ lint: install
 	$(BIN)/ruff check shared workers producers tests benchmarks
 	$(BIN)/ruff format --check shared workers producers tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench-pipeline: install
 	$(BIN)/python benchmarks/pipeline.py

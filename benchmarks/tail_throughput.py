@@ -44,7 +44,7 @@ from shared.core.domain import ErrorEvent
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.devtools.localstack import start_redis
-from shared.intake.submit import Intake
+from shared.groups.submit import Intake
 
 GOAL_MB_S = 50.0
 SHARES = (0.001, 0.01, 0.1)

@@ -145,7 +145,7 @@ def status() -> None:
     from shared.core.persistence import persistence_warning
     from shared.core.pipeline import sender_app
     from shared.devtools.up import child_health, stack_table
-    from shared.intake import deferred
+    from shared.groups import deferred
     from shared.models.hosts import host_status, known_hosts
 
     settings = load_settings()
@@ -341,8 +341,8 @@ def analyze(
 ) -> None:
     """Enqueue an error (raw trace text or a JSON event) for analysis."""
     from shared.core.pipeline import sender_app
+    from shared.groups.submit import intake_for
     from shared.intake.events import parse_event
-    from shared.intake.submit import intake_for
     from shared.notify.notifiers import render_console
 
     settings = load_settings()
@@ -402,7 +402,7 @@ def ingest(
 ) -> None:
     """Serve POST /v1/events for log shippers (Vector, Fluent Bit), Sentry SDK envelopes
     (/api/<project>/envelope/) and OTLP logs (/v1/logs); /healthz and /readyz."""
-    from producers.ingest import serve
+    from producers.ingest.server import serve
 
     settings = load_settings()
     err.print(

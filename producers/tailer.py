@@ -744,7 +744,7 @@ def run(
 ) -> None:
     """Follow ``patterns`` until SIGINT/SIGTERM (``tracehound tail``)."""
     from shared.core.pipeline import sender_app
-    from shared.intake.submit import intake_for
+    from shared.groups.submit import intake_for
 
     app = sender_app(settings)
     intake = intake_for(settings, app)

@@ -59,6 +59,7 @@ from shared.index.chunking import chunk_file, language_of
 from shared.index.corpus import RedisCorpus
 from shared.index.git import GitUnavailable, head
 from shared.index.history import HistoryBounds, collect_history
+from shared.index.owners import read_codeowners
 from shared.index.reindex import batches
 from shared.index.sources import (
     ALWAYS_SKIP_DIRS,
@@ -70,7 +71,6 @@ from shared.index.sources import (
     walk,
 )
 from shared.intake.redact import Redactor
-from shared.notify.owners import read_codeowners
 
 log = logging.getLogger(__name__)
 

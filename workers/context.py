@@ -19,13 +19,14 @@ from shared.core.domain import Investigation
 from shared.core.errors import TracehoundError
 from shared.core.pipeline import enqueue_error, enqueue_reanalysis, enqueue_thread_reply
 from shared.core.settings import Settings
+from shared.groups.store import GroupStore
+from shared.groups.submit import Intake, schedule_incident_update
 from shared.index.backlog import EmbedBacklog
 from shared.index.corpus import RedisCorpus
 from shared.index.history import HistoryStore
+from shared.index.owners import OwnersStore
 from shared.index.vectors import ChromaVectorIndex
-from shared.intake.groups import GroupStore
 from shared.intake.redact import Redactor
-from shared.intake.submit import Intake, schedule_incident_update
 from shared.models.chat import ChatModel, OllamaChat
 from shared.models.embedder import Embedder, OllamaEmbedder
 from shared.models.hosts import (
@@ -46,7 +47,6 @@ from shared.notify.notifiers import (
     SlackBotNotifier,
     SlackWebhookNotifier,
 )
-from shared.notify.owners import OwnersStore
 from shared.notify.respond import Responder
 from shared.notify.routing import Routing, routing_for
 from shared.retrieve.keywords import BM25Index
@@ -185,9 +185,7 @@ class Clients:
 
     @cached_property
     def intake(self) -> Intake:
-        from workers.app import app  # this module is imported by workers.app
-
-        return Intake(app, self.redis, self.settings)
+        return Intake(current_app._get_current_object(), self.redis, self.settings)
 
     @cached_property
     def groups(self) -> GroupStore:

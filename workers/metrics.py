@@ -25,7 +25,7 @@ from celery.signals import (
 )
 
 from shared.core.pipeline import SENT_AT, stamp_sent_at
-from shared.intake import deferred
+from shared.groups import deferred
 
 before_task_publish.connect(stamp_sent_at, dispatch_uid="tracehound-sent-at")
 
@@ -123,7 +123,7 @@ def _retry(sender: Any = None, **_: Any) -> None:
 
 
 class BacklogCollector:
-    """The deferred analyses (shared/intake/deferred.py), read from Redis at each scrape: the
+    """The deferred analyses (shared/groups/deferred.py), read from Redis at each scrape: the
     same for every worker, so a dashboard takes ``max`` over them."""
 
     def __init__(self, redis_url: str) -> None:

@@ -246,7 +246,7 @@ class StageVisit(Frozen):
 
 
 class GroupRef(Frozen):
-    """Which error group and window an analysis is for (see shared/intake/groups.py)."""
+    """Which error group and window an analysis is for (see shared/groups/store.py)."""
 
     fingerprint: str
     window_start: int  # ms, Redis time

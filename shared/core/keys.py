@@ -15,7 +15,7 @@ def _digest(text: str, length: int = 40) -> str:
     return hashlib.sha1(text.encode("utf-8", errors="replace")).hexdigest()[:length]
 
 
-# --- error groups (shared/intake/groups.py) ---------------------------------------------------
+# --- error groups (shared/groups/store.py) ---------------------------------------------------
 
 
 def group(fingerprint: str) -> str:
@@ -137,11 +137,11 @@ def history(repo: str) -> str:
 
 
 def codeowners(repo: str) -> str:
-    """String: the repo's CODEOWNERS file as the indexer found it (shared/notify/owners.py)."""
+    """String: the repo's CODEOWNERS file as the indexer found it (shared/index/owners.py)."""
     return f"{PREFIX}codeowners:{_digest(repo)}"
 
 
-# --- what the on-call said in Slack (shared/intake/triage.py, shared/notify/respond.py) ----
+# --- what the on-call said in Slack (shared/groups/triage.py, shared/notify/respond.py) ----
 
 
 def group_muted(fingerprint: str) -> str:
@@ -185,7 +185,7 @@ def action_done(action_key: str) -> str:
 FEEDBACK = f"{PREFIX}feedback"  # hash: fingerprint -> the labelled case (JSON, eval's format)
 
 
-# --- incidents and the deferred backlog (shared/intake/incidents.py, deferred.py) ------------
+# --- incidents and the deferred backlog (shared/groups/incidents.py, deferred.py) ------------
 
 INCIDENT_SEQ = f"{PREFIX}incident:seq"
 
@@ -222,7 +222,7 @@ DEFERRED = f"{PREFIX}deferred"  # sorted set: waiting group -> when it was defer
 DEFERRED_MESSAGES = f"{PREFIX}deferred:messages"  # hash: group -> its chain's first message
 DEFERRED_DRAIN = f"{PREFIX}deferred:drain"  # SET NX: a drain task is scheduled
 # sorted set: waiting group -> its window's count + a fraction that ranks the longest waiting
-# first among equal counts (shared/intake/deferred.py ``rank``); kept by intake as it counts.
+# first among equal counts (shared/groups/deferred.py ``rank``); kept by intake as it counts.
 DEFERRED_RANK = f"{PREFIX}deferred:rank"
 # sorted set: incident whose lead waits for its groups' counts -> when it may start (ms)
 DEFERRED_SETTLING = f"{PREFIX}deferred:settling"

@@ -126,7 +126,7 @@ def analysis_message(
 
 def intake_batch_message(app: Celery, batch: dict[str, Any]) -> tuple[str, bytes]:
     """The message that hands a batch the ingest endpoint received to the ``intake_batch``
-    task [intake] (producers/ingest.py LPUSHes it: one Redis command per request)."""
+    task [intake] (producers/ingest/events.py LPUSHes it: one Redis command per request)."""
     queue, message, _ = chain_message(
         [(queues.INTAKE_BATCH, queues.ROUTES[queues.INTAKE_BATCH])],
         [batch],
@@ -146,7 +146,7 @@ def enqueue_error(
 ) -> AsyncResult:
     """Start an analysis; the returned result is the chain's last (the message sent).
 
-    Producers go through shared.intake.submit.Intake, which redacts, groups and starts the
+    Producers go through shared.groups.submit.Intake, which redacts, groups and starts the
     chain once per group and window; tools (re-analyses, the CLI) and tests call this for one
     analysis. The chain's first message is LPUSHed with its in-flight record
     (shared/core/inflight.py) in one pipeline; ``task_id`` is the chain's last id.

@@ -40,7 +40,7 @@ import redis
 
 from shared.core import keys
 from shared.devtools.localstack import Proc, spawn, start_redis, tracehound_executable, wait_until
-from shared.intake import deferred
+from shared.groups import deferred
 
 SERVICE = "shop-api"
 MARKER = re.compile(r"marker-([a-z]+)")

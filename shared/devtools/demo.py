@@ -15,10 +15,10 @@ from shared.core.settings import Settings
 from shared.devtools.localstack import local_stack
 from shared.devtools.sample_history import BUG_SUBJECT, build_sample_repo
 from shared.devtools.simulators.ollama import README_UBATCH, OllamaSimulator
+from shared.groups.submit import intake_for
 from shared.index.history import HistoryBounds
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
-from shared.intake.submit import intake_for
 from shared.notify.notifiers import render_console
 
 DEMO_REPO = "sample-service"

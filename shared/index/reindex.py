@@ -16,8 +16,8 @@ from shared.core.errors import PermanentError
 from shared.core.pipeline import enqueue_files, enqueue_history, enqueue_owners, enqueue_prune
 from shared.index.chunking import language_of
 from shared.index.history import HistoryBounds, collect_history
+from shared.index.owners import read_codeowners
 from shared.index.sources import Skipped, SourceFile, read_source, walk
-from shared.notify.owners import read_codeowners
 
 log = logging.getLogger(__name__)
 

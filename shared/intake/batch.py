@@ -1,6 +1,6 @@
 """A batch of records as shippers send it: decoded (bounded), then each through the event model.
 
-Used where a batch is taken: ``POST /v1/events`` with ``?wait=true`` (producers/ingest.py),
+Used where a batch is taken: ``POST /v1/events`` with ``?wait=true`` (producers/ingest/events.py),
 and the ``intake_batch`` task that takes what the endpoint queued (workers/tasks/intake.py).
 """
 
@@ -21,7 +21,7 @@ from shared.core.errors import PermanentError
 from shared.intake.events import Ignored, from_record, from_text
 
 if TYPE_CHECKING:
-    from shared.intake.submit import Intake
+    from shared.groups.submit import Intake
 
 log = logging.getLogger(__name__)
 

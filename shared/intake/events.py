@@ -47,7 +47,7 @@ from shared.intake.levels import (
 Origin = Literal["log", "sent"]
 
 # An attribute intake reads and drops: the event's repo came from the record, not from the
-# producer's configuration (shared/intake/submit.py holds it to TRACEHOUND_SERVICE_REPOS).
+# producer's configuration (shared/groups/submit.py holds it to TRACEHOUND_SERVICE_REPOS).
 REPO_CLAIMED = "_tracehound_repo_claimed"
 STACK_FIELDS = ("stack", "stacktrace", "stack_trace", "exception", "exc_info", "traceback")
 MESSAGE_FIELDS = ("message", "msg", "error", "log")

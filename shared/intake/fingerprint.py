@@ -1,6 +1,6 @@
 """Grouping key for error events: exception type + in-app frames, never LLM text.
 
-The dedup step (``shared.intake.groups``) counts events per fingerprint, so two events share a key
+The dedup step (``shared.groups.store``) counts events per fingerprint, so two events share a key
 exactly when on-call would call them "the same error":
 
 - With a stack trace: the service, the exception types (chained causes included) and the

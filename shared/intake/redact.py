@@ -38,35 +38,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from shared.core.domain import Candidate, ErrorEvent
 from shared.core.memo import TextMemo
+from shared.intake.secret_contexts import CONTEXT_RULES, STRUCT_RULE
+from shared.intake.secret_rule import Rule, marker
+from shared.intake.secret_rules import ENTROPY_RULE, OWN_RULES, detect_secrets_rules
 
 MEMO_MIN_CHARS = 512  # texts this long (stack traces) are remembered apart from short ones
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A named pattern; ``replacement`` is an ``re.sub`` template (groups allowed).
-
-    ``triggers``: lowercase substrings one of which every match contains; a text holding none
-    of them skips the rule (a cheap ``in`` test instead of a regex pass). Empty: always run.
-    """
-
-    name: str
-    pattern: re.Pattern[str]
-    replacement: str | Callable[[re.Match[str]], str]
-    triggers: tuple[str, ...] = ()
-    prefilter: re.Pattern[str] | None = None  # a cheap search that every match's text passes
-    # Instead of ``pattern.sub(replacement, text)``: for a rule whose matches may nest (a
-    # quoted value that holds another assignment); it never changes the number of lines.
-    apply: Callable[[str], str] | None = None
-
-
-def marker(name: str) -> str:
-    return f"[REDACTED:{name}]"
 
 
 # Speed: CPython's regex search skips ahead quickly only when a pattern starts with a literal or
@@ -341,9 +321,6 @@ def all_rules() -> tuple[Rule, ...]:
     formats the maintained set lacks, detect-secrets' provider regexes, then the key-value and
     email rules, the rules that find a secret by where it stands (shared/intake/secret_contexts.py)
     and last the entropy rule for assignments (shared/intake/secret_rules.py)."""
-    from shared.intake.secret_contexts import CONTEXT_RULES, STRUCT_RULE
-    from shared.intake.secret_rules import ENTROPY_RULE, OWN_RULES, detect_secrets_rules
-
     specific = tuple(r for r in DEFAULT_RULES if r.name not in _GENERIC)
     generic = tuple(r for r in DEFAULT_RULES if r.name in _GENERIC)
     return (

@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from functools import lru_cache
 
-from shared.intake.redact import Rule, marker
+from shared.intake.secret_rule import Rule, marker
 
 # The last word of a name that names a secret (an environment variable, a setting, a header).
 _SECRET_WORD = (

@@ -21,8 +21,8 @@ from collections import Counter
 from collections.abc import Callable
 from functools import cache
 
-from shared.intake.redact import Rule, marker
 from shared.intake.secret_contexts import code_like, denies_a_secret, name_before, path_like
+from shared.intake.secret_rule import Rule, marker
 from shared.intake.secret_shapes import PROVIDER_RULES
 
 # Plugins tracehound's own rules already cover better (a PEM block whole, a URL password).

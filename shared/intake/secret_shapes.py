@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from shared.intake.redact import Rule, marker
+from shared.intake.secret_rule import Rule, marker
 
 
 def _shape(name: str, pattern: str, *triggers: str) -> Rule:

@@ -40,11 +40,13 @@ from shared.core.domain import (
     Posted,
 )
 from shared.core.errors import PermanentError, TransientError
-from shared.intake import incidents, triage
-from shared.intake.groups import GroupState, GroupStore
+from shared.groups import incidents, triage
+from shared.groups.store import GroupState, GroupStore
+from shared.index.owners import OwnersStore, owners_of
 from shared.notify import actions, claims
 from shared.notify.claims import ClaimHeld
 from shared.notify.feedback import remember_case
+from shared.notify.mentions import mentions
 from shared.notify.message import (
     MAX_BLOCKS,
     MessageOptions,
@@ -58,7 +60,6 @@ from shared.notify.message import (
     with_occurrences,
 )
 from shared.notify.notifiers import Delivery, Notifier, SlackBotNotifier, SlackWebhookNotifier
-from shared.notify.owners import OwnersStore, mentions, owners_of
 from shared.notify.routing import Route, Routing
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """An incident's one Slack message: its first analysis, with the list of its groups on top.
 
-The message of the member that delivered first is the incident's (shared/intake/incidents.py
+The message of the member that delivered first is the incident's (shared/groups/incidents.py
 ``place``); the other members' analyses are replies in its thread. ``refresh`` rewrites the
 list (groups by count, services, events) with chat.update as groups join and counts grow,
 at most once per ``incidents.INCIDENT_UPDATE_S`` (the ``update_incident`` task).
@@ -19,7 +19,7 @@ from typing import Any
 
 from shared.core import keys
 from shared.core.errors import PermanentError
-from shared.intake import incidents
+from shared.groups import incidents
 from shared.notify import claims
 from shared.notify.delivery import Courier, MessageNotOut, pace_key, take_slot
 from shared.notify.message import cap_summary, with_incident

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.core.domain import Analysis, Investigation
-from shared.intake.incidents import Incident
+from shared.groups.incidents import Incident
 from shared.notify.phrases import phrase
 
 SECTION_MAX = 3000  # Slack's limit for a section's text
@@ -88,7 +88,7 @@ class MessageOptions:
     occurrences: Occurrences | None = None
     trace_in_thread: bool = False  # the trace goes to a thread reply, not the main body
     language: str = "en"  # of the fixed strings (shared/notify/phrases.py)
-    owners: str = ""  # mrkdwn mentions built by shared/notify/owners.py, never from input
+    owners: str = ""  # mrkdwn mentions built by shared/notify/mentions.py, never from input
 
 
 WEAK_CONFIDENCE_CAP = 0.30  # what a hypothesis may claim when the evidence is weak

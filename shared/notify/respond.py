@@ -21,8 +21,8 @@ import redis
 from shared.core import keys
 from shared.core.domain import GroupRef, Investigation, Posted
 from shared.core.errors import PermanentError
-from shared.intake import triage
-from shared.intake.groups import GroupStore
+from shared.groups import triage
+from shared.groups.store import GroupStore
 from shared.notify import actions, feedback
 from shared.notify.actions import Action, mention
 from shared.notify.delivery import DeliveryPolicy, take_slot

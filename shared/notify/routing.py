@@ -28,7 +28,7 @@ import pathspec
 
 from shared.core.errors import PermanentError
 from shared.core.settings import Settings
-from shared.notify.owners import GROUP_ID, USER_ID
+from shared.notify.mentions import GROUP_ID, USER_ID
 
 RULE_KEYS = {"services", "paths", "channel", "webhook", "owners"}
 

@@ -27,7 +27,7 @@ from shared.core.domain import (
 )
 from shared.core.errors import TransientError
 from shared.devtools.simulators.slack import SlackSimulator
-from shared.intake.groups import GroupStore
+from shared.groups.store import GroupStore
 from shared.notify.delivery import (
     ClaimHeld,
     Courier,

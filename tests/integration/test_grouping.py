@@ -184,7 +184,7 @@ def test_group_counting_is_atomic_under_concurrency_and_windows_roll(
 ) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from shared.intake.groups import GroupStore
+    from shared.groups.store import GroupStore
 
     store = GroupStore(redis_client, window_s=1.0)
     fp = f"v1:test-{uuid.uuid4().hex}"
@@ -203,7 +203,7 @@ def test_group_counting_is_atomic_under_concurrency_and_windows_roll(
 def test_a_producer_dying_between_counting_and_enqueueing_loses_nothing(
     redis_client: Any,
 ) -> None:
-    from shared.intake.groups import GroupStore
+    from shared.groups.store import GroupStore
 
     store = GroupStore(redis_client, window_s=60.0)
     fp = f"v1:test-{uuid.uuid4().hex}"
@@ -218,7 +218,7 @@ def test_a_producer_dying_between_counting_and_enqueueing_loses_nothing(
 
 
 def test_the_same_event_id_counts_once(redis_client: Any) -> None:
-    from shared.intake.groups import GroupStore
+    from shared.groups.store import GroupStore
 
     store = GroupStore(redis_client, window_s=60.0)
     fp = f"v1:test-{uuid.uuid4().hex}"
@@ -240,8 +240,8 @@ def test_a_group_window_enqueued_twice_is_analysed_and_posted_once(
     from shared.core import queues
     from shared.core.domain import GroupRef
     from shared.core.pipeline import enqueue_error
+    from shared.groups.store import GroupStore
     from shared.intake.events import parse_event
-    from shared.intake.groups import GroupStore
 
     service = f"svc-{uuid.uuid4().hex[:8]}"
     event = parse_event(TRACE, service=service, repo="sample")

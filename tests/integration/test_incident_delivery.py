@@ -22,11 +22,11 @@ from shared.devtools import outage
 from shared.devtools.localstack import LocalStack, simulator_env, wait_until
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
+from shared.groups.incidents import incident_of, load
+from shared.groups.submit import intake_for
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
 from shared.intake.fingerprint import fingerprint
-from shared.intake.incidents import incident_of, load
-from shared.intake.submit import intake_for
 from shared.notify.message import INCIDENT_BLOCK_ID
 from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL
 

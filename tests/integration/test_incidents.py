@@ -18,11 +18,11 @@ from shared.core import keys
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.devtools import outage
-from shared.intake import deferred
+from shared.groups import deferred
+from shared.groups.incidents import incident_of, load
+from shared.groups.submit import Intake
 from shared.intake.events import parse_event
 from shared.intake.fingerprint import fingerprint
-from shared.intake.incidents import incident_of, load
-from shared.intake.submit import Intake
 from tests.conftest import DATA
 from tests.integration.test_cli import run_cli
 

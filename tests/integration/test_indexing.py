@@ -15,10 +15,10 @@ from shared.core.pipeline import enqueue_file, enqueue_remove
 from shared.core.settings import Settings
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.corpus import RedisCorpus
+from shared.index.owners import OwnersStore, owners_of
 from shared.index.reindex import index_repository
 from shared.index.vectors import ChromaVectorIndex
 from shared.intake.frames import parse_frames
-from shared.notify.owners import OwnersStore, owners_of
 from shared.retrieve.hybrid import frame_ranking
 from shared.retrieve.keywords import BM25Index
 from tests.conftest import model_not_pulled

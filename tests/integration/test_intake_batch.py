@@ -13,8 +13,8 @@ import redis
 
 from shared.core.pipeline import analysis_chain, analysis_message, sender_app
 from shared.core.settings import Settings
+from shared.groups.submit import Intake
 from shared.intake.events import parse_event
-from shared.intake.submit import Intake
 from tests.conftest import DATA
 
 pytestmark = pytest.mark.integration
@@ -101,7 +101,7 @@ def test_a_batch_counts_as_one_by_one(intake_pair: tuple[Intake, redis.Redis]) -
 def test_one_chain_analyses_a_group_window_and_its_redelivery_still_does(
     fresh_redis: redis.Redis,
 ) -> None:
-    from shared.intake.groups import GroupStore
+    from shared.groups.store import GroupStore
 
     store = GroupStore(fresh_redis, window_s=60)
     assert store.claim_analysis("fp", 1000, "chain-a")

@@ -18,7 +18,8 @@ import redis
 from shared.core import keys
 from shared.core.domain import Candidate, ChunkHit, ErrorEvent, GroupRef, Investigation
 from shared.devtools.simulators.slack import SlackSimulator
-from shared.intake.groups import GroupStore
+from shared.groups.store import GroupStore
+from shared.index.owners import OwnersStore
 from shared.notify.delivery import (
     Courier,
     DeliveryPolicy,
@@ -29,7 +30,6 @@ from shared.notify.delivery import (
     update_counts,
 )
 from shared.notify.notifiers import ConsoleNotifier, SlackBotNotifier
-from shared.notify.owners import OwnersStore
 from shared.notify.routing import Routing, parse_routing
 
 pytestmark = pytest.mark.integration

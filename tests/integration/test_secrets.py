@@ -18,9 +18,9 @@ from shared.core.settings import Settings
 from shared.devtools.localstack import LocalStack
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
+from shared.groups.submit import intake_for
 from shared.index.reindex import index_repository
 from shared.intake.events import from_record
-from shared.intake.submit import intake_for
 from tests.conftest import SAMPLE_SERVICE
 from tests.data.planted_secrets import Planted, planted
 

@@ -24,9 +24,9 @@ from shared.devtools.localstack import LocalStack, start_ingest, wait_until
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.devtools.simulators.slack_socket import block_actions, signed_request
+from shared.groups.submit import Intake, intake_for
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
-from shared.intake.submit import Intake, intake_for
 from shared.notify import actions
 from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL, SLACK_SIGNING_SECRET
 

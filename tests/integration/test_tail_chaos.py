@@ -16,7 +16,7 @@ import pytest
 
 from shared.devtools import chaos
 from shared.devtools.localstack import wait_until
-from shared.intake import deferred
+from shared.groups import deferred
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import redis
 from producers.tailer import Tailer
 from shared.core.domain import ErrorEvent
 from shared.devtools.localstack import Proc, spawn, start_redis, tracehound_executable, wait_until
-from shared.intake import deferred
+from shared.groups import deferred
 
 pytestmark = pytest.mark.integration
 

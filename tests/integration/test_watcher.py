@@ -22,9 +22,9 @@ from shared.devtools.sample_history import build_sample_repo
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.corpus import RedisCorpus
 from shared.index.history import HistoryStore
+from shared.index.owners import OwnersStore, owners_of
 from shared.index.reindex import index_repository
 from shared.index.vectors import ChromaVectorIndex
-from shared.notify.owners import OwnersStore, owners_of
 from shared.retrieve.keywords import BM25Index
 from tests.conftest import SAMPLE_SERVICE
 

@@ -4,7 +4,7 @@ recurrence replies, when a "still happening" reply is due."""
 from __future__ import annotations
 
 from shared.core.domain import ErrorEvent, GroupRef, Investigation
-from shared.intake.groups import GroupState
+from shared.groups.store import GroupState
 from shared.notify.delivery import claim_id, occurrences_of, reply_due, thread_target
 
 EVENT = ErrorEvent(service="shop", repo="shop", message="boom")

@@ -6,8 +6,8 @@ import json
 import random
 
 from shared.devtools.outage import Endpoint, trace
+from shared.groups.incidents import Incident, Member, cause_of
 from shared.intake.events import parse_event
-from shared.intake.incidents import Incident, Member, cause_of
 from shared.notify.message import INCIDENT_BLOCK_ID, cap_summary, with_incident
 
 JAVA = """\

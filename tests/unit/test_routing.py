@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from shared.core.settings import Settings
-from shared.notify.owners import mention, mentions, owners_of, parse_codeowners, read_codeowners
+from shared.index.owners import owners_of, parse_codeowners, read_codeowners
+from shared.notify.mentions import mention, mentions
 from shared.notify.routing import (
     Routing,
     RoutingError,

@@ -1,7 +1,7 @@
 """Buttons pressed in Slack: ``slack_action`` [notify] applies one signed interaction payload.
 
 The Socket Mode listener (producers/slack_listen.py) and the Request URL on the ingest server
-(producers/slack_routes.py) ack Slack at once and enqueue the payload here; the policy is
+(producers/ingest/slack_routes.py) ack Slack at once and enqueue the payload here; the policy is
 shared/notify/respond.py. A paced channel comes back in a second, a transient Slack failure
 is retried with backoff (the state change is already made and is safe to repeat).
 """

@@ -1,7 +1,7 @@
 """Delivery to Slack: the analysis message once per group and window, then its count updates.
 
 ``notify`` [notify] is the chain's last stage. ``update_group`` [notify] runs at most once per
-group and interval (scheduled by shared/intake/submit.py for repeats): it rewrites the
+group and interval (scheduled by shared/groups/submit.py for repeats): it rewrites the
 message's occurrence count and posts at most one thread reply per interval. ``thread_reply``
 [notify] posts one reply; ``update_incident`` [notify] rewrites an incident's list of groups.
 The policy is shared/notify/delivery.py; these tasks turn its answers into retries: a paced

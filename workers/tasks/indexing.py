@@ -22,7 +22,7 @@ from shared.core.pipeline import enqueue_embed_backlog
 from shared.index.backlog import Entry
 from shared.index.history import HistoryStore
 from shared.index.indexing import FilePlan, finish_file, plan_file, prune, remove_path, store_chunks
-from shared.notify.owners import OwnersStore
+from shared.index.owners import OwnersStore
 from workers import context
 from workers.app import app, task_options
 from workers.retry import retry

@@ -1,7 +1,7 @@
 """Taking a batch the ingest endpoint queued: ``intake_batch`` [intake]; starting the deferred
 backlog's analyses while the model host is free: ``drain_deferred`` [intake].
 
-``POST /v1/events`` (producers/ingest.py) checks a batch's JSON, LPUSHes it here in one
+``POST /v1/events`` (producers/ingest/events.py) checks a batch's JSON, LPUSHes it here in one
 message and answers 202 at once; this task runs each record through the event model and
 intake (redaction, grouping, counting, starting analyses) exactly as the endpoint does with
 ``?wait=true``. Records that the event model refuses are logged with the reason
@@ -22,7 +22,7 @@ from shared.core import keys
 from shared.core import queues as q
 from shared.core.errors import TransientError
 from shared.core.pipeline import enqueue_drain
-from shared.intake import deferred
+from shared.groups import deferred
 from shared.intake.batch import QueuedBatch, take_batch
 from workers import context, metrics
 from workers.app import app, task_options
@@ -46,7 +46,7 @@ def intake_batch(self: Any, payload: dict[str, Any]) -> dict[str, int]:
 def drain_deferred(self: Any) -> dict[str, Any]:
     """Start each settled incident's most frequent group, and the deferred backlog's group with
     the most events when no analysis is queued; come back every ``DRAIN_EVERY_S`` while
-    groups wait (shared/intake/deferred.py)."""
+    groups wait (shared/groups/deferred.py)."""
     r = context.clients().redis
     s = context.settings()
     dropped = deferred.trim(r, ttl_s=s.deferred_ttl, max_waiting=s.max_deferred)

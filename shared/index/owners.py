@@ -1,21 +1,15 @@
-"""Owners of a file: CODEOWNERS read by the indexer, stored in Redis, turned into mentions.
+"""Owners of a file: CODEOWNERS read by the indexer and stored in Redis.
 
 The indexer (``index``, ``watch``) has the checkout; the workers that post may not, so the
 file's text is recorded per repo (the ``record_owners`` task) and parsed where a message is
 built. GitHub's rules: the first of ``.github/CODEOWNERS``, ``CODEOWNERS``,
 ``docs/CODEOWNERS`` is used, and the last pattern that matches a path decides its owners.
-
-A mention is built here and nowhere else: a Slack id that matches a strict shape becomes
-``<@U…>`` or ``<!subteam^S…>``; every other owner (``@org/team``, ``@user``, an e-mail) is
-shown as escaped plain text unless the routing file maps it to a Slack id. So a hostile
-CODEOWNERS line such as ``* @<!channel>`` can ping nobody.
+Mentions are built from them in shared/notify/mentions.py.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,16 +17,11 @@ import pathspec
 import redis
 
 from shared.core import keys
-from shared.notify.message import escape
 
 log = logging.getLogger(__name__)
 
 LOCATIONS = (".github/CODEOWNERS", "CODEOWNERS", "docs/CODEOWNERS")
 MAX_BYTES = 3 * 1024 * 1024  # GitHub ignores a CODEOWNERS file larger than this
-MAX_MENTIONS = 5
-
-USER_ID = re.compile(r"^[UW][A-Z0-9]{2,20}$")
-GROUP_ID = re.compile(r"^S[A-Z0-9]{2,20}$")
 
 
 def read_codeowners(root: Path) -> str | None:
@@ -79,23 +68,6 @@ def owners_of(rules: list[OwnerRule], path: str) -> tuple[str, ...]:
         if rule.spec.match_file(path):
             return rule.owners
     return ()
-
-
-def mention(owner: str, aliases: Mapping[str, str]) -> str:
-    """Slack mrkdwn for one owner: a mention for a Slack id (or a mapped name), else the name
-    escaped as plain text."""
-    target = aliases.get(owner, owner)
-    if USER_ID.match(target):
-        return f"<@{target}>"
-    if GROUP_ID.match(target):
-        return f"<!subteam^{target}>"
-    return f"`{escape(owner[:100]).replace('`', 'ˋ')}`"
-
-
-def mentions(owners: Iterable[str], aliases: Mapping[str, str]) -> str:
-    """The owners' mentions, deduplicated, at most ``MAX_MENTIONS``."""
-    shown = list(dict.fromkeys(mention(o, aliases) for o in owners))
-    return " ".join(shown[:MAX_MENTIONS])
 
 
 class OwnersStore:

@@ -35,10 +35,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from producers.ingest import RETRY_AFTER_S, _inflate, bearer_ok, group_replies, read_body, same
-from producers.replies import JSONReply
+from producers.ingest.auth import bearer_ok, same
+from producers.ingest.body import inflate, read_body
+from producers.ingest.replies import RETRY_AFTER_S, JSONReply, group_replies
 from shared.core.domain import ErrorEvent
 from shared.core.errors import PermanentError
+from shared.groups.submit import Intake, Submitted
 from shared.intake import otlp
 from shared.intake.batch import BodyError, loads
 from shared.intake.events import Ignored
@@ -50,7 +52,6 @@ from shared.intake.sentry import (
     parse_envelope,
     project_target,
 )
-from shared.intake.submit import Intake, Submitted
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def _store_body(raw: bytes, limit: int) -> bytes:
         packed = base64.b64decode(raw, validate=False)
     except (binascii.Error, ValueError) as exc:
         raise BodyError(400, "store body is neither JSON nor base64") from exc
-    return _inflate(packed, limit, zlib.MAX_WBITS, "deflate")
+    return inflate(packed, limit, zlib.MAX_WBITS, "deflate")
 
 
 @dataclass(frozen=True)

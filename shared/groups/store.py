@@ -23,7 +23,7 @@ from typing import Any
 import redis
 
 from shared.core import keys
-from shared.intake.deferred import RANK_LUA
+from shared.groups.deferred import RANK_LUA
 
 IDLE_EXPIRY_S = 30 * 24 * 3600
 START_OVERDUE_MS = 30_000  # a window's chain not marked started by then is started again

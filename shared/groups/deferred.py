@@ -1,7 +1,7 @@
 """The deferred backlog: new groups whose analysis waits for the model host to be free.
 
 A group waits here when it opened or joined an incident, or when its service started
-``max_new_groups`` analyses in the cap window (shared/intake/incidents.py). Its chain's first
+``max_new_groups`` analyses in the cap window (shared/groups/incidents.py). Its chain's first
 message is kept whole. An incident's first group waits only for the incident to settle:
 ``take_settled`` then starts the incident's most frequent waiting group, host free or not
 (that is the incident's message). ``take_next`` starts the waiting group with the most events
@@ -153,7 +153,7 @@ def rank(count: int, deferred_at_ms: int) -> float:
     return count + (1.0 - deferred_at_ms / 1e13)
 
 
-# The same, in Lua, for intake's counting script (shared/intake/groups.py), which keeps a waiting
+# The same, in Lua, for intake's counting script (shared/groups/store.py), which keeps a waiting
 # group's rank as its count grows.
 RANK_LUA = """
 local deferred_at = redis.call('HGET', KEYS[1], 'deferred_at')

@@ -5,7 +5,7 @@ ingest / tailer / CLI ─▶ Intake.submit_many(events) ─▶ redact ─▶ fin
 
 A batch costs one round trip to count (every group's events in one pipelined script call per
 group); when groups opened a window, one to read their mutes, one to admit them (incidents, the
-cap: shared/intake/incidents.py) and one to start or defer their chains (their messages LPUSHed
+cap: shared/groups/incidents.py) and one to start or defer their chains (their messages LPUSHed
 with the ``started`` mark); and one to claim count updates for repeated groups: HTTP ingest
 hands over a request's records and the tailer a read round's errors at once.
 """
@@ -30,11 +30,8 @@ from shared.core.pipeline import (
     enqueue_update_incident,
 )
 from shared.core.settings import Settings
-from shared.intake import deferred
-from shared.intake.events import REPO_CLAIMED
-from shared.intake.fingerprint import GroupingConfig, fingerprint, load_grouping_config
-from shared.intake.groups import GroupStore, Occurrence
-from shared.intake.incidents import (
+from shared.groups import deferred
+from shared.groups.incidents import (
     INCIDENT_UPDATE_S,
     SUMMARY_DUE_S,
     AdmissionPolicy,
@@ -43,8 +40,11 @@ from shared.intake.incidents import (
     cause_of,
     claim_update,
 )
+from shared.groups.store import GroupStore, Occurrence
+from shared.groups.triage import muted_among
+from shared.intake.events import REPO_CLAIMED
+from shared.intake.fingerprint import GroupingConfig, fingerprint, load_grouping_config
 from shared.intake.redact import Redactor
-from shared.intake.triage import muted_among
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class Intake:
         marks in the same pipeline: a crash before it lets the replayed event start them. A
         muted group's window is marked started without a chain: counted, not analysed. A
         group admission defers (a later member of an incident, or over its service's cap)
-        has its chain's message kept in the backlog instead (shared/intake/deferred.py)."""
+        has its chain's message kept in the backlog instead (shared/groups/deferred.py)."""
         results: dict[int, AsyncResult] = {}
         opened = [i for i, occ in enumerate(occurrences) if occ.new]
         if not opened:

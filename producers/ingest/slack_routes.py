@@ -23,8 +23,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from producers.ingest import read_body
-from producers.replies import JSONReply
+from producers.ingest.body import read_body
+from producers.ingest.replies import JSONReply
 from shared.core.pipeline import enqueue_slack_action
 from shared.intake.batch import BodyError
 from shared.notify.actions import parse_actions

@@ -30,7 +30,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from producers.replies import JSONReply
+from producers.ingest.replies import JSONReply
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 LOOPBACK_BINDS = ("127.0.0.1", "localhost", "::1")

@@ -6,7 +6,7 @@ worth an analysis on a host that does one every few seconds — and underneath e
 normalized message (``cause_of``) is the incident's key: the first new group with a cause
 opens an incident; a new group with the same cause inside ``incident_window`` (which slides
 with every new member) joins it. Every member waits in the deferred backlog
-(shared/intake/deferred.py): the first for ``settle_s`` only, so that the incident's most
+(shared/groups/deferred.py): the first for ``settle_s`` only, so that the incident's most
 frequent group — known once the counts have come in — is analysed first, the rest later in
 order of count while the host is free, their messages threaded under the incident's.
 Independently, at most ``max_new_groups`` new analyses start per service and
@@ -15,7 +15,7 @@ naming new services buys no more); the groups over either wait in the same backl
 alone in their incident join the service's cap batch: an incident of kind ``cap`` whose
 message is a summary, posted while they wait (shared/notify/incident.py). Every group is
 counted as before; a waiting group is analysed unless the backlog drops it (its TTL and size
-bound, shared/intake/deferred.py).
+bound, shared/groups/deferred.py).
 
 Keys (``{id}`` a sequence number):
   th:incident:cause:{digest}  the open incident of a cause (expires with the window)
@@ -27,7 +27,7 @@ Keys (``{id}`` a sequence number):
   th:incident:{id}:labels     hash: fingerprint -> "service · exception at file" (the list)
   th:newgroups:{service}      new analyses started in the service's current cap window
   th:newgroups:all            new analyses started for every service in the window
-A group's hash (shared/intake/groups.py) names its incident in ``incident``.
+A group's hash (shared/groups/store.py) names its incident in ``incident``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,199 @@
+"""HTTP ingest for log shippers: ``POST /v1/events`` → ErrorEvents → the analysis chain.
+
+Accepts one JSON object, a JSON array (Vector's ``http`` sink with the json codec, Fluent Bit's
+``http`` output with ``format json``) or NDJSON (``framing.method = "newline_delimited"`` /
+``format json_lines``), optionally gzip- (every member) or deflate-compressed.
+
+By default a batch is checked (size, record count, each record's JSON) and queued whole for the
+``intake_batch`` task [intake] in one Redis command, then answered 202 with the count queued:
+the shipper's request costs about what a bare LPUSH does, and the events are as durable as
+Redis once it is answered (workers/tasks/intake.py takes the batch: the event model, redaction,
+grouping, counting, analyses). ``?wait=true`` takes the batch before answering instead, and
+the reply says what became of each record (accepted ids and their groups, rejected and
+ignored ones with the reason).
+
+It answers as a sink that shippers can retry safely: Vector retries 429 and 5xx and gives up on
+other 4xx; Fluent Bit retries a failed flush up to its Retry_Limit. So Redis out of reach is a
+503 with Retry-After, a body that can never be accepted is a 4xx, and every event has an id that
+a retry repeats (the record's own ``id``, else a hash of the record), so intake counts a retried
+batch once. Bodies are bounded in bytes, records, nesting and read time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+from urllib.parse import urlencode
+
+import redis
+import redis.asyncio as aioredis
+from kombu.exceptions import OperationalError
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+
+from producers.ingest.auth import bearer_ok
+from producers.ingest.body import read_body
+from producers.ingest.replies import REPLY_LIST_MAX, JSONReply, group_replies, unavailable
+from shared.core.pipeline import intake_batch_message
+from shared.groups.submit import Intake
+from shared.intake.batch import BodyError, QueuedBatch, decode_records, parse_batch
+
+log = logging.getLogger(__name__)
+
+
+class EventsRoute:
+    """``POST /v1/events``: a shipper's batch queued whole (the default) or taken before the
+    answer (``?wait=true``)."""
+
+    def __init__(
+        self,
+        intake: Intake,
+        *,
+        token: str | None,
+        max_body_bytes: int,
+        max_trace_bytes: int,
+        default_service: str | None,
+        max_records: int,
+        read_timeout: float,
+    ) -> None:
+        self.intake, self.token = intake, token
+        self.max_body_bytes, self.max_trace_bytes = max_body_bytes, max_trace_bytes
+        self.default_service, self.max_records = default_service, max_records
+        self.read_timeout = read_timeout
+        self.queue_now = Spool(intake, default_service=default_service, max_records=max_records)
+
+    async def handle(self, request: Request) -> JSONReply:
+        if not bearer_ok(request, self.token):
+            return JSONReply(
+                {"error": "missing or wrong bearer token"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        params = request.query_params
+        try:
+            raw = await read_body(request, self.max_body_bytes, self.read_timeout)
+        except BodyError as exc:
+            return JSONReply({"error": str(exc)}, status_code=exc.status)
+        # The decompressed body and the query: a retry of this request repeats both (whether
+        # it waits or not).
+        query = urlencode([(k, v) for k, v in params.multi_items() if k != "wait"])
+        digest = hashlib.sha1(raw + query.encode()).hexdigest()
+        if params.get("wait", "").lower() not in ("1", "true", "yes"):
+            return await self.queue_now(raw, digest, params.get("service"))
+        try:
+            records = decode_records(raw, max_records=self.max_records)
+        except BodyError as exc:
+            return JSONReply({"error": str(exc)}, status_code=exc.status)
+        batch = parse_batch(
+            records,
+            service=params.get("service"),
+            max_trace_bytes=self.max_trace_bytes,
+            default_service=self.default_service,
+            batch_digest=digest,
+        )
+        try:
+            submitted = (
+                await run_in_threadpool(self.intake.submit_many, batch.accepted)
+                if batch.accepted
+                else []
+            )
+        except (redis.RedisError, OperationalError, OSError) as exc:
+            # Part of the batch may be counted already: the shipper's retry repeats the same
+            # event ids, and intake counts each id once.
+            return unavailable(exc)
+        log.info(
+            "ingest.batch",
+            extra={
+                "accepted": len(batch.accepted),
+                "rejected": len(batch.rejected),
+                "ignored": len(batch.ignored),
+                "duplicates": sum(s.duplicate for s in submitted),
+            },
+        )
+        body = {
+            "accepted": [e.id for e in batch.accepted],
+            # new: this event started an analysis; duplicate: its id was counted before (a
+            # retry); otherwise it was counted in its group.
+            "groups": group_replies(submitted),
+            "rejected": batch.rejected[:REPLY_LIST_MAX],
+            "rejected_count": len(batch.rejected),
+            "ignored": batch.ignored[:REPLY_LIST_MAX],
+            "ignored_count": len(batch.ignored),
+        }
+        if batch.rejected and not batch.accepted and not batch.ignored:
+            first = batch.rejected[0]["error"]
+            return JSONReply({**body, "error": first}, status_code=400)
+        return JSONReply(body, status_code=202)
+
+
+def queue_batch(
+    intake: Intake,
+    raw: bytes,
+    digest: str,
+    *,
+    service: str | None,
+    default_service: str | None,
+    max_records: int,
+) -> tuple[dict[str, Any], int, tuple[str, bytes] | None]:
+    """The default: the batch's JSON checked and made one message for the intake_batch task
+    (the caller LPUSHes it: durable once Redis has it, then 202). (reply, status, the queue
+    and message, or None when the batch is refused)."""
+    try:
+        records = decode_records(raw, max_records=max_records)
+    except BodyError as exc:
+        return {"error": str(exc)}, exc.status, None
+    rejected = [
+        {"index": i, "error": str(r)} for i, r in enumerate(records) if isinstance(r, BodyError)
+    ]
+    body: dict[str, Any] = {
+        "queued": len(records) - len(rejected),
+        "batch": digest,
+        "rejected": rejected[:REPLY_LIST_MAX],
+        "rejected_count": len(rejected),
+    }
+    if not records:  # an empty array: nothing to queue, nothing wrong
+        return body, 202, None
+    if len(rejected) == len(records):
+        return {**body, "error": rejected[0]["error"]}, 400, None
+    queued = QueuedBatch(
+        body=raw.decode("utf-8", errors="replace"),
+        digest=digest,
+        service=service,
+        default_service=default_service,
+        max_records=max_records,
+    )
+    return body, 202, intake_batch_message(intake.app, queued.model_dump())
+
+
+class Spool:
+    """Queues checked batches for the intake_batch task: ``queue_batch``, then an LPUSH
+    through redis.asyncio (its client made in the server's event loop, on first use)."""
+
+    def __init__(self, intake: Intake, *, default_service: str | None, max_records: int) -> None:
+        self.intake, self.default_service, self.max_records = intake, default_service, max_records
+        self.client: aioredis.Redis | None = None
+
+    async def __call__(self, raw: bytes, digest: str, service: str | None) -> JSONReply:
+        def check() -> tuple[dict[str, Any], int, tuple[str, bytes] | None]:
+            return queue_batch(
+                self.intake,
+                raw,
+                digest,
+                service=service,
+                default_service=self.default_service,
+                max_records=self.max_records,
+            )
+
+        # About 7 us a record: on the event loop, unless the body is large enough to hold it up.
+        reply, status, message = await run_in_threadpool(check) if len(raw) > 1 << 20 else check()
+        if message is not None:
+            if self.client is None:
+                self.client = aioredis.Redis.from_url(
+                    self.intake.settings.redis_url, socket_connect_timeout=5, socket_timeout=10
+                )
+            try:
+                await self.client.lpush(*message)
+            except (redis.RedisError, OSError) as exc:
+                return unavailable(exc)
+        return JSONReply(reply, status_code=status)

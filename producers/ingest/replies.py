@@ -1,0 +1,53 @@
+"""The JSON replies of the HTTP routes, and what they share: a 503 with Retry-After when
+Redis is out of reach, and what became of each accepted event.
+
+Starlette's ``JSONResponse`` encodes with ``ensure_ascii=False`` and refuses NaN: a reply that
+echoes a string from the request (an envelope item's type, a rejected record's error) holding a
+lone surrogate (JSON's ``"\\ud800"`` escape decodes to one), or a float the sender wrote as
+``NaN``, would raise while rendering and become a 500. ``JSONReply`` writes non-ASCII as
+``\\u`` escapes (a lone surrogate too) and NaN as Python's json writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from shared.groups.submit import Submitted
+
+log = logging.getLogger(__name__)
+
+REPLY_LIST_MAX = 100  # rejected / ignored entries listed in a reply (the counts are complete)
+RETRY_AFTER_S = 5  # what a 503 asks the shipper to wait
+
+
+class JSONReply(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+def unavailable(exc: Exception) -> JSONReply:
+    """Redis out of reach: a 503 the shipper retries after Retry-After."""
+    log.warning("ingest.unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
+    return JSONReply(
+        {"error": f"cannot reach Redis, retry later: {type(exc).__name__}: {exc}"},
+        status_code=503,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
+def group_replies(submitted: list[Submitted]) -> list[dict[str, Any]]:
+    """What became of each accepted event, as the endpoints' replies list it."""
+    return [
+        {
+            "event_id": s.event_id,
+            "fingerprint": s.fingerprint,
+            "new": s.new,
+            "count": s.count,
+            "duplicate": s.duplicate,
+        }
+        for s in submitted
+    ]
