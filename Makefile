@@ -16,6 +16,7 @@ lint: install
 	$(BIN)/ruff format --check shared workers producers tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/mkdocs build --strict --site-dir $(or $(TMPDIR),/tmp)/tracehound-site
 
 bench-pipeline: install
 	$(BIN)/python benchmarks/pipeline.py

@@ -62,7 +62,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRACEHOUND_", extra="ignore", frozen=True)
 
     # --- infrastructure ---
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", description="Celery broker, result backend, keyword index."
+    )
     chroma_url: str | None = Field(
         "http://127.0.0.1:8000",
         description="Chroma server; required whenever more than one process writes the index.",
@@ -70,16 +72,31 @@ class Settings(BaseSettings):
     chroma_path: Path | None = Field(
         None, description="Local PersistentClient path, single-process mode only (no chroma_url)."
     )
-    data_dir: Path = Path(".tracehound")
+    data_dir: Path = Field(
+        Path(".tracehound"),
+        description="Console notifier's file, demo state, the `tracehound up` stack "
+        "(`--data-dir`).",
+    )
 
     # --- models ---
-    ollama_url: str = "http://127.0.0.1:11434"
-    embed_model: str = "nomic-embed-text"
-    llm_model: str = "qwen2.5-coder:7b"
+    ollama_url: str = Field(
+        "http://127.0.0.1:11434",
+        description="Ollama; the embed and LLM roles' host unless TRACEHOUND_EMBED_URL or "
+        "TRACEHOUND_LLM_URL names another.",
+    )
+    embed_model: str = Field("nomic-embed-text", description="The embedding model (embed role).")
+    llm_model: str = Field("qwen2.5-coder:7b", description="The chat model (LLM role).")
     # nomic-embed-text is trained with these task prefixes; set both to "" for other models.
-    embed_query_prefix: str = "search_query: "
-    embed_document_prefix: str = "search_document: "
-    embed_batch_size: int = Field(32, ge=1, le=512)
+    embed_query_prefix: str = Field(
+        "search_query: ", description="nomic's task prefix for queries; empty for other models."
+    )
+    embed_document_prefix: str = Field(
+        "search_document: ",
+        description="nomic's task prefix for indexed chunks; empty for other models.",
+    )
+    embed_batch_size: int = Field(
+        32, ge=1, le=512, description="Texts per embedding request (/api/embed)."
+    )
     bulk_embed_chunks: int = Field(
         128,
         ge=1,
@@ -95,13 +112,23 @@ class Settings(BaseSettings):
         "16384 the error, about 16 kB of code and the tool rounds fit; qwen2.5-coder:7b holds "
         "32768.",
     )
-    llm_temperature: float = 0.1
+    llm_temperature: float = Field(0.1, description="The chat model's sampling temperature.")
     embed_url: str | None = Field(None, description="Ollama for embeddings; default ollama_url.")
     llm_url: str | None = Field(None, description="Ollama for the LLM; default ollama_url.")
-    rerank_backend: RerankBackend = "none"
-    rerank_url: str | None = None
-    rerank_model: str = "bge-reranker-v2-m3"
-    rerank_api_key: SecretStr | None = None
+    rerank_backend: RerankBackend = Field(
+        "none",
+        description="Rerank server API: llamacpp, vllm, jina, cohere, tei, ollama; none: the "
+        "fused order, no rerank.",
+    )
+    rerank_url: str | None = Field(
+        None, description="Rerank server; required with a rerank backend."
+    )
+    rerank_model: str = Field(
+        "bge-reranker-v2-m3", description="Model the rerank server is asked for."
+    )
+    rerank_api_key: SecretStr | None = Field(
+        None, description="Bearer token sent to the rerank server (hosted rerankers)."
+    )
     rerank_max_tokens: int = Field(
         2048,
         ge=64,
@@ -117,11 +144,11 @@ class Settings(BaseSettings):
     )
 
     # --- timeouts (seconds) and retries ---
-    embed_timeout: float = 60.0
-    rerank_timeout: float = 30.0
-    llm_timeout: float = 300.0
-    chroma_timeout: float = 30.0
-    slack_timeout: float = 30.0
+    embed_timeout: float = Field(60.0, description="Seconds: timeout of every embedding call.")
+    rerank_timeout: float = Field(30.0, description="Seconds: timeout of every rerank call.")
+    llm_timeout: float = Field(300.0, description="Seconds: timeout of every chat model call.")
+    chroma_timeout: float = Field(30.0, description="Seconds: timeout of every Chroma call.")
+    slack_timeout: float = Field(30.0, description="Seconds: timeout of every Slack call.")
     stage_max_retries: int = Field(3, ge=0, description="Retries of a transient stage failure.")
     redelivery_after: int = Field(
         30,
@@ -155,9 +182,11 @@ class Settings(BaseSettings):
     # --- retrieval ---
     # 100 (from 50): the leave-one-repo-out choice in every fold on 76 dev cases, and the
     # choice on all 112 (README, *Cross-validated*).
-    candidate_depth: int = Field(100, ge=1, le=1000)
-    top_k: int = Field(5, ge=1, le=50)
-    rrf_k: int = Field(60, ge=1)
+    candidate_depth: int = Field(
+        100, ge=1, le=1000, description="Retrieval depth: candidates per retriever."
+    )
+    top_k: int = Field(5, ge=1, le=50, description="Files kept after rerank.")
+    rrf_k: int = Field(60, ge=1, description="Reciprocal rank fusion's constant k.")
     demote_paths: list[str] = Field(
         default_factory=lambda: list(DEFAULT_DEMOTE),
         description="gitignore patterns of tests, docs, examples: rarely where a fix lands.",
@@ -167,11 +196,19 @@ class Settings(BaseSettings):
     )
 
     # --- indexing ---
-    chunk_lines: int = Field(60, ge=5)
-    chunk_overlap: int = Field(10, ge=0)
-    chunk_max_chars: int = Field(6000, ge=200)
-    max_file_bytes: int = Field(1_000_000, ge=1)
-    max_trace_bytes: int = Field(64_000, ge=1000)
+    chunk_lines: int = Field(60, ge=5, description="Chunking: lines of one window.")
+    chunk_overlap: int = Field(10, ge=0, description="Chunking: lines two windows share.")
+    chunk_max_chars: int = Field(
+        6000, ge=200, description="Characters of one chunk; a longer one is cut with a marker."
+    )
+    max_file_bytes: int = Field(
+        1_000_000, ge=1, description="Larger files are not indexed (skipped with a log line)."
+    )
+    max_trace_bytes: int = Field(
+        64_000,
+        ge=1000,
+        description="Longer traces are trimmed, keeping the head and the tail, with a marker.",
+    )
     # --- code history (shared/index/history.py): read from git by index and watch ---
     history: bool = Field(True, description="Record git history when indexing a checkout.")
     history_since_days: int = Field(
@@ -187,7 +224,11 @@ class Settings(BaseSettings):
     ingest_token: SecretStr | None = Field(
         None, description="Bearer token log shippers must send to POST /v1/events."
     )
-    ingest_max_body_bytes: int = Field(10_000_000, ge=1000)
+    ingest_max_body_bytes: int = Field(
+        10_000_000,
+        ge=1000,
+        description="HTTP ingest body limit, also after decompression; more is a 413.",
+    )
     ingest_max_records: int = Field(
         10_000, ge=1, description="Records per request; more is a 413 (split the batch)."
     )
@@ -292,10 +333,21 @@ class Settings(BaseSettings):
     )
 
     # --- notification ---
-    slack_bot_token: SecretStr | None = None
-    slack_channel: str | None = None
-    slack_webhook_url: SecretStr | None = None
-    slack_base_url: str = "https://slack.com/api/"
+    slack_bot_token: SecretStr | None = Field(
+        None, description="Bot token: post with chat.postMessage (needs TRACEHOUND_SLACK_CHANNEL)."
+    )
+    slack_channel: str | None = Field(
+        None,
+        description="Channel the bot posts to (an ID, C…; a name is resolved once); where a "
+        "message no routing rule matches goes.",
+    )
+    slack_webhook_url: SecretStr | None = Field(
+        None, description="Or an incoming webhook instead of the bot token."
+    )
+    slack_base_url: str = Field(
+        "https://slack.com/api/",
+        description="Slack Web API base URL (the Slack simulator stands in for it in tests).",
+    )
     slack_app_token: SecretStr | None = Field(
         None,
         description="App-level token (xapp-…, scope connections:write): `tracehound "
