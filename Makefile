@@ -8,8 +8,9 @@ BIN := $(VENV)/bin
 demo: install
 	$(BIN)/tracehound demo
 
+# Test files run in four processes (pytest-xdist): most of the suite waits on real servers.
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 4 --dist loadfile
 
 lint: install
 	$(BIN)/ruff check shared workers producers tests benchmarks

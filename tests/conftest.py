@@ -27,6 +27,34 @@ SLACK_CHANNEL = "C0ONCALL"
 SLACK_SIGNING_SECRET = "test-signing-secret"
 
 
+# `make test` spreads test files over processes (pytest-xdist, --dist loadfile: a file's tests
+# and its module-scoped stack stay in one process). Files are handed out in collection order,
+# so the longest go first: none of them starts last and holds up the whole run.
+LONGEST_FIRST = (
+    "test_up.py",
+    "test_reliability.py",
+    "test_pipeline.py",
+    "test_incident_delivery.py",
+    "test_slack_actions.py",
+    "test_tail_chaos.py",
+    "test_redis_hand_off.py",
+    "test_redis_restart.py",
+    "test_secret_corpus_flow.py",
+    "test_cli.py",
+    "test_ingest_hostile.py",
+    "test_watcher.py",
+    "test_grouping.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
+
+
 INCIDENTS_OFF = {"TRACEHOUND_INCIDENT_WINDOW": "0", "TRACEHOUND_MAX_NEW_GROUPS": "0"}
 # An incident's first group starts at once instead of after the settle (as before incidents
 # settled): for rigs that check what intake started, not which group an incident starts.

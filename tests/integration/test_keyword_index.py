@@ -268,6 +268,7 @@ def churn(url: str, seed: int) -> None:
     corpus = RedisCorpus(redis.Redis.from_url(url))
     code = code_chunks()
     rng = random.Random(seed)
+    print("writing", flush=True)  # the test's random kill point counts from here
     while True:
         lo = rng.randrange(len(code))
         corpus.add(REPO, code[lo : lo + rng.choice([1, 30, 200])])
@@ -311,8 +312,13 @@ def test_a_writer_killed_mid_change_leaves_a_consistent_index(
     rng = random.Random(3)
     for round_ in range(6):
         proc = subprocess.Popen(
-            [sys.executable, "-c", CHURN.format(url=private_redis_url, seed=round_)], cwd=ROOT
+            [sys.executable, "-c", CHURN.format(url=private_redis_url, seed=round_)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
         )
+        # Starting Python and reading the code can take seconds on a busy machine: the kill
+        # falls 0.5-2 s into the writing, not into the start.
+        assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
         time.sleep(rng.uniform(0.5, 2.0))
         proc.kill()
         proc.wait()
