@@ -39,7 +39,7 @@ from shared.core.domain import Chunk
 from shared.devtools.localstack import start_redis
 from shared.index.chunking import chunk_file, language_of
 from shared.index.corpus import RedisCorpus
-from shared.intake.frames import parse_frames
+from shared.intake.traces import parse_frames
 from shared.retrieve.hybrid import frame_ranking
 from shared.retrieve.keywords import BM25Index
 from shared.retrieve.query import named_symbols

@@ -67,6 +67,8 @@ from shared.index.reindex import index_repository
 from shared.index.tokens import tokenize
 from shared.index.vectors import ChromaVectorIndex
 from shared.intake.events import ErrorEvent, from_text
+from shared.intake.trace import with_trace
+from shared.intake.traces import parse_frames
 from shared.models.embedder import OllamaEmbedder
 from shared.retrieve.hybrid import hybrid_retrieve
 from shared.retrieve.keywords import BM25Index
@@ -147,7 +149,7 @@ def queries(n: int) -> list[str]:
     for c in chosen:
         event = from_text(c["query"], origin="sent", service=REPO, repo=REPO, level="ERROR")
         assert isinstance(event, ErrorEvent)
-        out.append(build_query(event))
+        out.append(build_query(with_trace(event)))
     return out
 
 
@@ -157,11 +159,13 @@ def settings() -> Settings:
 
 
 def retrieve(index: BM25Index, vectors: ChromaVectorIndex, query: str, vector: list[float]) -> Any:
-    """What the retrieve task does (``workers/tasks/analysis.py``), minus the task."""
+    """What the retrieve task does (``workers/tasks/analysis.py``), minus the task: the frames
+    are the query's, which the task has from intake and the probe reads back out of it."""
     return hybrid_retrieve(
         REPO,
         query,
         vector,
+        frames=parse_frames(query),
         vectors=vectors,
         keywords=index.current(REPO),
         depth=settings().candidate_depth,

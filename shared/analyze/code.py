@@ -13,8 +13,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
 from shared.core.domain import Candidate, ChunkHit, ErrorEvent
-from shared.intake.frames import PathMapper, parse_frames
-from shared.retrieve.query import event_frames
+from shared.intake.frames import PathMapper
 
 MARK = ">>"
 FRAME_RADIUS = 12  # lines either side of a frame's line in its window
@@ -63,7 +62,7 @@ def excerpt(lines: Mapping[int, str], start: int, end: int) -> tuple[int, int, s
 
 def trace_lines(event: ErrorEvent, mapper: PathMapper) -> dict[str, list[int]]:
     """The lines the trace's in-repo frames point at, per repo path, nearest the raise first."""
-    frames = event_frames(event) or parse_frames(event.stacktrace)
+    frames = event.trace.code_frames() if event.trace else ()  # read at intake
     lines: dict[str, list[int]] = {}
     for f in mapper.map_frames(frames):
         if f.line is not None and f.line not in lines.get(f.path, []):

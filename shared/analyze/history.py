@@ -25,8 +25,7 @@ from shared.core.domain import (
     FileHistory,
 )
 from shared.index.history import HistoryStore, changes_in, latest_hunks
-from shared.intake.frames import map_frames, parse_frames
-from shared.retrieve.query import event_frames
+from shared.intake.frames import map_frames
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ def frame_lines(event: ErrorEvent, recorded: Recorded) -> dict[str, list[int]]:
     """The lines the trace's in-repo frames point at, per file with recorded history."""
     if not recorded.files:
         return {}
-    frames = event_frames(event) or parse_frames(event.stacktrace)
+    frames = event.trace.code_frames() if event.trace else ()  # read at intake
     lines: dict[str, list[int]] = {}
     for f in map_frames(frames, recorded.files.keys()):
         if f.line is not None:

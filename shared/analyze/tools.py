@@ -25,6 +25,7 @@ from shared.analyze.code import CodeIndex, excerpt, file_lines, numbered
 from shared.core.domain import ChunkHit, FileRef
 from shared.core.errors import TracehoundError
 from shared.index.history import HistoryStore, changes_in, latest_hunks
+from shared.intake.traces import parse_frames
 from shared.retrieve.hybrid import hybrid_retrieve
 
 log = logging.getLogger(__name__)
@@ -211,6 +212,9 @@ class Toolbox:
             depth=20,
             signals=SEARCH_SIGNALS,
             prior=self.prior,
+            # the model's own search text, not the event's trace: a trace line it pastes here
+            # is followed like a frame
+            frames=parse_frames(query),
         )
         self.lookups.append(f"searched {query[:60]!r}")
         if not found.candidates:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +50,88 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+@dataclass(frozen=True)
+class Frame:
+    """One stack frame as the trace wrote it (or the error SDK reported it)."""
+
+    file: str
+    line: int | None
+    function: str = ""
+    module: str = ""  # Java/Kotlin package-qualified class, Go package path; else ""
+    language: str = "python"
+    code: str = ""  # the source line the trace printed under the frame, if any
+
+
+@dataclass(frozen=True)
+class Printed:
+    """One exception line of a trace: its type as printed and its message."""
+
+    type: str
+    message: str
+    cause_first: bool  # Python and PHP: printed after its cause (else before its causes)
+    group: bool = False  # a Python ExceptionGroup header line
+
+
+def chain_of(printed: tuple[Printed, ...]) -> tuple[str, ...]:
+    """Exception types outermost first, root cause last (what grouping hashes)."""
+    cause_first = [p.type for p in printed if p.cause_first]
+    other = [p.type for p in printed if not p.cause_first]
+    return (*reversed(cause_first), *other)
+
+
+def reported_of(printed: tuple[Printed, ...]) -> Printed | None:
+    """The exception an event names: the outermost one, thrown out of the code that failed.
+
+    Python's is printed last (after "During handling…" and "The above exception…"), PHP's in
+    its last ``Next``; Java's, Kotlin's, Node's, .NET's, Go's and Rust's first, before their
+    causes. A Python exception group is named by its top-level group line. Python and PHP
+    lines win over other lines of the same text (a log header saying "…Error: x" is not it).
+    """
+    if not printed:
+        return None
+    groups = [p for p in printed if p.group]
+    if groups:
+        return groups[0]
+    cause_first = [p for p in printed if p.cause_first]
+    return cause_first[-1] if cause_first else printed[0]
+
+
+def root_cause_of(printed: tuple[Printed, ...]) -> Printed | None:
+    """The innermost exception: the cause the others wrapped (Python's and PHP's is printed
+    first, the other languages' last). Incidents are formed on it: when the database goes
+    away, every endpoint fails with its own stack and outer exception, and the same
+    ``OperationalError: could not connect`` underneath."""
+    found = [p for p in printed if not p.group]
+    if not found:
+        return None
+    cause_first = [p for p in found if p.cause_first]
+    return cause_first[0] if cause_first else found[-1]
+
+
+class Trace(Frozen):
+    """What intake read from an event's trace, once (shared/intake/trace.py): its frames and
+    the exceptions it printed. Every later stage reads this, in whichever process it runs,
+    and never parses the trace text again."""
+
+    frames: tuple[Frame, ...] = ()  # as the text printed them, nearest the raise first
+    sdk_frames: tuple[Frame, ...] = ()  # the error SDK's own (in-app ones), when it sent them
+    printed: tuple[Printed, ...] = ()  # exception lines in the order printed
+
+    def code_frames(self) -> tuple[Frame, ...]:
+        """The frames retrieval and analysis follow into the code: the SDK's when it reported
+        them (structured, with their module), else the text's."""
+        return self.sdk_frames or self.frames
+
+    def chain(self) -> tuple[str, ...]:
+        return chain_of(self.printed)
+
+    def reported(self) -> Printed | None:
+        return reported_of(self.printed)
+
+    def root_cause(self) -> Printed | None:
+        return root_cause_of(self.printed)
+
+
 class ErrorEvent(Frozen):
     """One error from a service: what producers normalise everything to."""
 
@@ -61,6 +144,8 @@ class ErrorEvent(Frozen):
     level: str = "ERROR"
     timestamp: datetime = Field(default_factory=lambda: datetime.now(UTC))
     attributes: dict[str, Any] = Field(default_factory=dict)
+    # Set by intake (shared/intake/trace.py) from the redacted text; None: not read yet.
+    trace: Trace | None = None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -289,6 +374,7 @@ class Investigation(Frozen):
     # claim and the analysis cache, and rewrites the message once per action.
     rerun: str | None = None
     query: str = ""
+    query_frames: tuple[Frame, ...] = ()  # the frames the query names (the trace's, not parsed)
     query_vector: list[float] | None = None
     candidates: list[Candidate] = Field(default_factory=list)
     evidence: Evidence | None = None

@@ -29,13 +29,14 @@ from shared.index.chunking import CHUNKER_VERSION, chunk_file, defined_names, em
 from shared.index.reindex import IndexReport, collect
 from shared.index.tokens import tokenize
 from shared.intake.events import from_text
-from shared.intake.frames import PathMapper, parse_frames
+from shared.intake.frames import PathMapper
+from shared.intake.trace import with_trace
 from shared.models.embedder import Embedder
 from shared.models.reranker import Reranker, rerank_candidates
 from shared.retrieve.evidence import lexical_overlap
 from shared.retrieve.hybrid import Ranking, hybrid_retrieve
 from shared.retrieve.keywords import MAX_DEFINITIONS, chunks_covering, defining, symbol_table
-from shared.retrieve.query import build_query, named_symbols
+from shared.retrieve.query import compose_query, named_symbols
 
 log = logging.getLogger(__name__)
 
@@ -447,9 +448,11 @@ def run_eval(
                 case.query, origin="sent", service=corpus_name, repo=corpus_name, level="ERROR"
             )
             assert isinstance(event, ErrorEvent)
-            query = build_query(event)
+            event = with_trace(event)  # what intake does before the chain
+            composed = compose_query(event)
+            query = composed.text
             vector = embedder.embed([query_prefix + query])[0] if needs_vectors else None
-            frames = mapper.map_frames(parse_frames(query))
+            frames = mapper.map_frames(composed.frames)
             row: dict[str, Any] = {
                 "id": case.id,
                 "corpus": corpus_name,
@@ -473,10 +476,12 @@ def run_eval(
                     rrf_k=rrf_k,
                     signals=MODE_SIGNALS[base],
                     prior=prior,
+                    frames=composed.frames,
                 )
                 again = partial(
                     hybrid_retrieve, corpus_name, query, vector, vectors=index, keywords=index,
                     locator=index, rrf_k=rrf_k, signals=MODE_SIGNALS[base], prior=prior,
+                    frames=composed.frames,
                 )  # fmt: skip
                 follow = partial(
                     _follow, corpus_name, event, query, index, shown,

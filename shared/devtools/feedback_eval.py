@@ -21,12 +21,13 @@ from shared.core.errors import TracehoundError
 from shared.devtools.calibration import suggest_threshold
 from shared.devtools.eval import EvalReport, recall_at, reciprocal_rank, summarize
 from shared.intake.events import from_text
+from shared.intake.trace import with_trace
 from shared.models.embedder import Embedder
 from shared.models.reranker import Reranker, rerank_candidates
 from shared.retrieve.evidence import lexical_overlap
 from shared.retrieve.hybrid import VectorSearch, hybrid_retrieve
 from shared.retrieve.keywords import KeywordIndex
-from shared.retrieve.query import build_query
+from shared.retrieve.query import compose_query
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,8 @@ def run_feedback_eval(
         if not isinstance(event, ErrorEvent):
             report.skipped.append({"id": str(case["id"]), "reason": "query is not an error"})
             continue
-        query = build_query(event)
+        composed = compose_query(with_trace(event))  # the trace read as intake reads it
+        query = composed.text
         vector = None
         if embedder is not None:
             try:
@@ -77,6 +79,7 @@ def run_feedback_eval(
             depth=depth,
             rrf_k=rrf_k,
             prior=prior,
+            frames=composed.frames,
         )
         candidates = found.candidates
         if candidates and not found.own_frames:

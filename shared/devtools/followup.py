@@ -24,7 +24,7 @@ from shared.analyze.code import CodeIndex, trace_lines
 from shared.analyze.llm import CALLS_PER_ROUND
 from shared.analyze.tools import Toolbox
 from shared.core.domain import Candidate, ErrorEvent
-from shared.intake.frames import parse_frames
+from shared.intake.traces import parse_frames
 from shared.retrieve.query import named_symbols
 
 FRAME_RADIUS = 15

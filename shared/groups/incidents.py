@@ -41,8 +41,8 @@ import redis
 
 from shared.core import keys
 from shared.core.domain import ErrorEvent
-from shared.intake.exceptions import root_cause
 from shared.intake.fingerprint import normalize_message
+from shared.intake.trace import trace_of
 
 IDLE_EXPIRY_S = 7 * 24 * 3600
 INCIDENT_UPDATE_S = 15.0  # an incident's list is rewritten at most this often
@@ -54,8 +54,7 @@ def cause_of(event: ErrorEvent) -> str | None:
     """``Type: normalized message`` of the event's innermost exception, or None when it says
     too little to join unrelated stacks on (no type, or a message of placeholders only:
     ``KeyError: <str>`` in two services is two bugs, not one outage)."""
-    trace = event.stacktrace or event.message
-    found = root_cause(trace) if trace else None
+    found = trace_of(event).root_cause()
     if found is not None:
         kind, message = found.type, found.message
     elif event.exception_type:

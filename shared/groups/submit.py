@@ -45,6 +45,7 @@ from shared.groups.triage import muted_among
 from shared.intake.events import REPO_CLAIMED
 from shared.intake.fingerprint import GroupingConfig, fingerprint, load_grouping_config
 from shared.intake.redact import Redactor
+from shared.intake.trace import with_trace
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,8 @@ class Intake:
         ]
 
     def _prepare(self, event: ErrorEvent) -> tuple[ErrorEvent, str]:
-        event = self.redactor.redact_event(self._held_to_its_repos(event))
+        # the trace is read from the redacted text, once: every later stage reads it
+        event = with_trace(self.redactor.redact_event(self._held_to_its_repos(event)))
         return event, fingerprint(event, self._grouping(event.service)).value
 
     def _held_to_its_repos(self, event: ErrorEvent) -> ErrorEvent:

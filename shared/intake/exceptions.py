@@ -13,8 +13,8 @@ grouping.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from shared.core.domain import Printed, chain_of, reported_of, root_cause_of
 from shared.core.memo import TextMemo
 
 _MAX_LINE = 300  # patterns read a line up to here (a megabyte line must not cost seconds)
@@ -49,16 +49,6 @@ _PHP_FATAL = re.compile(
 )
 # .NET prints the inner exception on the same line: "System.A: outer ---> System.B: inner".
 _DOTNET_INNER = re.compile(r" ---> (?=(?:[A-Za-z_][\w]*\.)+[A-Z]\w*(?:Exception|Error)\b)")
-
-
-@dataclass(frozen=True)
-class Printed:
-    """One exception line: its type as printed and its message."""
-
-    type: str
-    message: str
-    cause_first: bool  # Python and PHP: printed after its cause (else before its causes)
-    group: bool = False  # a Python ExceptionGroup header line
 
 
 def _lines(text: str) -> list[str]:
@@ -135,40 +125,17 @@ def _next(lines: list[str], i: int) -> str:
 
 def chain(text: str) -> tuple[str, ...]:
     """Exception types outermost first, root cause last (what grouping hashes)."""
-    found = printed(text)
-    cause_first = [p.type for p in found if p.cause_first]
-    other = [p.type for p in found if not p.cause_first]
-    return (*reversed(cause_first), *other)
+    return chain_of(printed(text))
 
 
 def reported(text: str) -> Printed | None:
-    """The exception an event names: the outermost one, thrown out of the code that failed.
-
-    Python's is printed last (after "During handling…" and "The above exception…"), PHP's in
-    its last ``Next``; Java's, Kotlin's, Node's, .NET's, Go's and Rust's first, before their
-    causes. A Python exception group is named by its top-level group line. Python and PHP
-    lines win over other lines of the same text (a log header saying "…Error: x" is not it).
-    """
-    found = printed(text)
-    if not found:
-        return None
-    groups = [p for p in found if p.group]
-    if groups:
-        return groups[0]
-    cause_first = [p for p in found if p.cause_first]
-    return cause_first[-1] if cause_first else found[0]
+    """The exception an event names (``reported_of``): the outermost one."""
+    return reported_of(printed(text))
 
 
 def root_cause(text: str) -> Printed | None:
-    """The innermost exception of ``text``: the cause the others wrapped (Python's and PHP's is
-    printed first, the other languages' last). Incidents are formed on it: when the database
-    goes away, every endpoint fails with its own stack and outer exception, and the same
-    ``OperationalError: could not connect`` underneath."""
-    found = [p for p in printed(text) if not p.group]
-    if not found:
-        return None
-    cause_first = [p for p in found if p.cause_first]
-    return cause_first[0] if cause_first else found[-1]
+    """The innermost exception of ``text`` (``root_cause_of``): the cause the others wrapped."""
+    return root_cause_of(printed(text))
 
 
 # A line that only a stack trace prints: the record is a trace whatever its level says.

@@ -27,10 +27,10 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-from shared.core.domain import ErrorEvent
+from shared.core.domain import ErrorEvent, Frame, Trace
 from shared.core.memo import TextMemo
-from shared.intake.exceptions import chain as exception_chain
-from shared.intake.frames import Frame, normalize_path, parse_frames
+from shared.intake.frames import normalize_path
+from shared.intake.trace import trace_of, trace_text
 
 FINGERPRINT_VERSION = 1
 
@@ -322,28 +322,10 @@ def _collapse_repeats(keys: list[str]) -> list[str]:
     return out
 
 
-_GOROUTINE = re.compile(r"^goroutine \d+ \[", re.MULTILINE)
-# A Go function line whose arguments hold spaces ("main.(*S).apply(0xc0, {0xc1, 0x3, 0x4})"):
-# shared.intake.frames only reads argument lists without spaces, so the arguments are dropped first.
-_GO_CALL_WITH_SPACES = re.compile(r"^(?P<func>[^\s(]\S*?)\((?=[^()\n]* )[^()\n]*\)$", re.MULTILINE)
-
-
-def _prepare_go(text: str) -> str:
-    """A Go panic dump cut to the panicking goroutine (the others are whatever else was
-    running) with argument lists emptied."""
-    headers = _GOROUTINE.finditer(text)
-    first = next(headers, None)
-    if first is None:
-        return text
-    second = next(headers, None)
-    if second is not None:
-        text = text[: second.start()]
-    return _GO_CALL_WITH_SPACES.sub(r"\g<func>(...)", text)
-
-
-def frame_signature(text: str, config: GroupingConfig = GroupingConfig()) -> tuple[str, ...]:
+def frame_signature(
+    frames: Sequence[Frame], config: GroupingConfig = GroupingConfig()
+) -> tuple[str, ...]:
     """The ``module:function`` keys of a trace's in-app frames, nearest the raise first."""
-    frames = parse_frames(_prepare_go(text))
     if not frames:
         return ()
     if config.in_app_prefixes:
@@ -367,18 +349,18 @@ def _digest(payload: Mapping[str, Any]) -> str:
 _TRACES: TextMemo[tuple[tuple[str, ...], tuple[str, ...]]] = TextMemo()
 
 
-def _trace_parts(trace: str, config: GroupingConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(exception types, frame keys) of a trace, parsed once per distinct trace: a storm
-    repeats the same stack thousands of times."""
-    return _TRACES.get(
-        trace, config, lambda: (exception_chain(trace), frame_signature(trace, config))
-    )
+def _trace_parts(
+    text: str, trace: Trace, config: GroupingConfig
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(exception types, frame keys) of a trace, once per distinct trace: a storm repeats the
+    same stack thousands of times."""
+    return _TRACES.get(text, config, lambda: (trace.chain(), frame_signature(trace.frames, config)))
 
 
 def fingerprint(event: ErrorEvent, config: GroupingConfig = GroupingConfig()) -> Fingerprint:
     """The event's group key (see the module docstring for what goes in)."""
-    trace = event.stacktrace or event.message  # some shippers put the whole trace in "message"
-    types, frames = _trace_parts(trace, config) if trace else ((), ())
+    text = trace_text(event)
+    types, frames = _trace_parts(text, trace_of(event), config) if text else ((), ())
     if not types and event.exception_type:
         types = (event.exception_type,)
     message = event.message or event.stacktrace

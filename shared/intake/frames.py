@@ -1,9 +1,9 @@
-"""Stack frames parsed out of error text and mapped onto the repo's indexed paths.
+"""Stack frames mapped onto the repo's indexed paths.
 
-Traces name the files, lines and functions that failed; retrieval uses them as a signal next to
-vectors and BM25. Parsing covers Python (plain, pytest, IPython/Jupyter), Java/Kotlin, Node.js
-and Go. Mapping is pure string work against the set of indexed paths: nothing is ever read from
-the paths a trace names, so a frame outside the repository can only be ignored.
+Traces name the files, lines and functions that failed (parsed once, at intake:
+shared/intake/traces/); retrieval uses them as a signal next to vectors and BM25. Mapping is
+pure string work against the set of indexed paths: nothing is ever read from the paths a trace
+names, so a frame outside the repository can only be ignored.
 """
 
 from __future__ import annotations
@@ -12,132 +12,7 @@ import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-# ---------------------------------------------------------------------------------------------
-# Parsing
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One stack frame as the trace wrote it."""
-
-    file: str
-    line: int | None
-    function: str = ""
-    module: str = ""  # Java/Kotlin package-qualified class, Go package path; else ""
-    language: str = "python"
-    code: str = ""  # the source line the trace printed under the frame, if any
-
-
-_PY_PATH = r"[^\s\"'<>()\[\]]*?\.pyx?"
-# File "/app/x.py", line 12, in handler   (also after "INTERNALERROR>" or a log prefix)
-_PY_FILE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>[^\s(]+))?')
-# IPython >= 8: File ~/x/site-packages/pkg/mod.py:52, in Outer.<locals>.wrapper(registry, ...)
-_PY_IPY8 = re.compile(rf"^\s*File (?P<file>{_PY_PATH}):(?P<line>\d+), in (?P<func>[\w<>.]+)")
-# IPython < 8 and Colab: /x/pkg/mod.py in func(args)  /  [/x/mod.py](https://...) in func(args)
-_PY_IPY = re.compile(
-    rf"^\s*\[?(?P<file>(?:[A-Za-z]:)?{_PY_PATH})\]?(?:\([^)\s]*\))? in (?P<func>[\w<>.]+)\("
-)
-# the arrow IPython puts on the frame's current line: "---> 146" / "-> 1701"
-_PY_ARROW = re.compile(r"^-*> (?P<line>\d+)\b")
-# pytest: "src/pkg/mod.py:352: in _rewrite_test" and the last "pkg/mod.py:2554: ValueError"
-_PY_PYTEST = re.compile(
-    rf"^[\s*]*(?P<file>(?:[A-Za-z]:)?{_PY_PATH}):(?P<line>\d+): "
-    r"(?:in (?P<func>[\w<>.]+)|(?P<exc>[A-Z]\w*(?:Error|Exception|Warning|Exit|Interrupt)\b))"
-)
-# pdb: "> /srv/app/test_repro.py(10)tearDown()"
-_PY_PDB = re.compile(rf"^> (?P<file>{_PY_PATH})\((?P<line>\d+)\)(?P<func>\w+)\(")
-# at com.shop.OrderService.place(OrderService.java:42)  (optionally "app//" or "java.base/")
-_JAVA = re.compile(
-    r"^\s*at (?:[\w.$-]+/+)?(?P<qual>[\w$.<>]+)\((?P<file>[\w$.-]+\.(?:java|kt|kts|scala|groovy))"
-    r":(?P<line>\d+)\)"
-)
-# at handler (/app/src/x.js:10:5)   /   at /app/src/x.js:10:5   /   at async fn (file:///x.mjs:1:2)
-_NODE = re.compile(
-    r"^\s*at (?:(?P<func>.+?) \()?(?P<file>[^()\s]+?\.(?:js|mjs|cjs|jsx|ts|tsx|mts|cts))"
-    r":(?P<line>\d+):\d+\)?\s*$"
-)
-# Go: a function line, then "\t/app/x.go:42 +0x1d"
-_GO_FILE = re.compile(r"^\t(?P<file>\S+\.go):(?P<line>\d+)(?: \+0x[0-9a-f]+)?\s*$")
-_GO_FUNC = re.compile(r"^(?:created by )?(?P<func>[\w./*()$\-\[\]{},]+?)(?: in goroutine \d+)?$")
-_GO_ARGS = re.compile(r"\((?:[^()]|\.\.\.)*\)$")
-_JAVA_CAUSE = re.compile(r"^\s*Caused by:")
-
-
-def _py_code_after(lines: Sequence[str], i: int) -> str:
-    """The source line Python prints under a ``File ...`` line, if there is one."""
-    if i + 1 < len(lines):
-        nxt = lines[i + 1].strip()
-        if nxt.startswith("INTERNALERROR>"):
-            nxt = nxt[len("INTERNALERROR>") :].strip()
-        if nxt and not nxt.startswith(("File ", "Traceback", "...")) and not _PY_FILE.search(nxt):
-            return nxt[:300]
-    return ""
-
-
-def _ipython_line(lines: Sequence[str], i: int) -> tuple[int | None, str]:
-    """Line number and code of the ``--> N`` arrow following an IPython frame header."""
-    for j in range(i + 1, min(i + 40, len(lines))):
-        text = lines[j].strip()
-        m = _PY_ARROW.match(text)
-        if m:
-            return int(m["line"]), text[m.end() :].strip()[:300]
-        if _PY_IPY.match(lines[j]) or _PY_IPY8.match(lines[j]):
-            break
-    return None, ""
-
-
-def parse_frames(text: str) -> list[Frame]:
-    """Frames of every trace in ``text``, nearest the raise first.
-
-    Python prints the innermost frame last; Java, Node and Go print it first, and a Java
-    ``Caused by:`` section is the deeper cause, so its frames come before those above it.
-    """
-    lines = text.replace("\r\n", "\n").split("\n")
-    python: list[Frame] = []
-    blocks: list[list[Frame]] = [[]]  # innermost-first languages, one block per "Caused by"
-    for i, raw in enumerate(lines):
-        line = raw.rstrip()
-        if _JAVA_CAUSE.match(line) and blocks[-1]:
-            blocks.append([])
-            continue
-        if m := _PY_FILE.search(line):
-            python.append(
-                Frame(m["file"], int(m["line"]), m["func"] or "", code=_py_code_after(lines, i))
-            )
-        elif m := _PY_IPY8.match(line):
-            _, code = _ipython_line(lines, i)
-            python.append(Frame(m["file"], int(m["line"]), m["func"], code=code))
-        elif m := _PY_IPY.match(line):
-            number, code = _ipython_line(lines, i)
-            python.append(Frame(m["file"], number, m["func"], code=code))
-        elif m := _PY_PYTEST.match(line):
-            python.append(Frame(m["file"], int(m["line"]), m["func"] or ""))
-        elif m := _PY_PDB.match(line):
-            python.append(Frame(m["file"], int(m["line"]), m["func"]))
-        elif m := _JAVA.match(line):
-            qual = m["qual"]
-            owner, _, method = qual.rpartition(".")
-            blocks[-1].append(
-                Frame(m["file"], int(m["line"]), method, module=owner, language="java")
-            )
-        elif m := _NODE.match(line):
-            func = (m["func"] or "").removeprefix("async ").removeprefix("new ")
-            blocks[-1].append(Frame(m["file"], int(m["line"]), func, language="javascript"))
-        elif m := _GO_FILE.match(raw):
-            prev = lines[i - 1].strip() if i else ""
-            fm = _GO_FUNC.match(prev)
-            qual = _GO_ARGS.sub("", fm["func"]) if fm else ""
-            pkg, _, func = qual.rpartition(".")
-            blocks[-1].append(Frame(m["file"], int(m["line"]), func, module=pkg, language="go"))
-    ordered: list[Frame] = []
-    for block in reversed(blocks):
-        ordered.extend(block)
-    ordered.extend(reversed(python))
-    return ordered
-
-
-# ---------------------------------------------------------------------------------------------
-# Mapping onto the repository
+from shared.core.domain import Frame
 
 
 @dataclass(frozen=True)

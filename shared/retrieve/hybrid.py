@@ -7,9 +7,9 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from shared.core.domain import Candidate, ChunkHit
+from shared.core.domain import Candidate, ChunkHit, Frame
 from shared.core.errors import TracehoundError, TransientError
-from shared.intake.frames import Frame, PathMapper, parse_frames
+from shared.intake.frames import PathMapper
 from shared.retrieve.fusion import FILE_DECAY, RRF_K, group_by_file, reciprocal_rank_fusion
 from shared.retrieve.keywords import KeywordIndex
 from shared.retrieve.query import named_symbols
@@ -187,8 +187,9 @@ def hybrid_retrieve(
     """Dense, BM25, stack-frame and named-symbol candidates fused by reciprocal rank, then
     grouped per file (weighted by ``prior``, e.g. :class:`shared.retrieve.priors.PathPrior`).
 
-    ``frames`` default to those parsed from ``text`` (the query keeps the trace's frames); they
-    and the code defining names the text mentions are located through ``locator``, by default
+    ``frames``: the trace's, as intake read them (none: no frame signal; the text is never
+    parsed for them); they and the code defining names the text mentions are located through
+    ``locator``, by default
     the keyword index when it can. ``signals`` picks which of vector, bm25, frames and symbols
     take part (the eval compares them).
 
@@ -214,8 +215,7 @@ def hybrid_retrieve(
     if locator is None and isinstance(keywords, ChunkLocator):
         locator = keywords
     if locator is not None:
-        found_frames = parse_frames(text) if frames is None and "frames" in signals else frames
-        located, own_frames = _located(repo, text, found_frames, locator, signals, run)
+        located, own_frames = _located(repo, text, frames, locator, signals, run)
         rankings += located
     if vector is not None and "vector" in signals:
         hits = run("vector", "vector search failed", lambda: vectors.query(repo, vector, depth))

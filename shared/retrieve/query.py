@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from shared.core.domain import ErrorEvent
-from shared.intake.exceptions import reported
-from shared.intake.frames import Frame, parse_frames
+from shared.core.domain import ErrorEvent, Frame, Trace
 
 QUERY_MAX_CHARS = 2000
 HEAD_MAX_CHARS = 400
@@ -79,7 +78,8 @@ def _context(text: str, skip: set[str]) -> str:
 
 
 def render_frames(frames: Sequence[Frame]) -> list[str]:
-    """Frames as trace lines :func:`shared.intake.frames.parse_frames` reads back the same way.
+    """Frames as trace lines, written as each language prints them (an embedding model and
+    BM25 read them as they read a trace).
 
     Python frames are written innermost last, as Python does; the others innermost first.
     """
@@ -102,72 +102,49 @@ def render_frames(frames: Sequence[Frame]) -> list[str]:
     return lines
 
 
-_SDK_LANGUAGES = {"python": "python", "java": "java", "kotlin": "java", "scala": "java"}
+@dataclass(frozen=True)
+class Query:
+    """What retrieval searches with: the text, and the frames it names (nearest the raise
+    first), taken from the trace intake read, never parsed back out of the text."""
 
-
-def event_frames(event: ErrorEvent) -> list[Frame] | None:
-    """The frames an error SDK reported (``attributes["frames"]``, shared/intake/sentry.py:
-    in-app ones when there are any, nearest the raise first), for retrieval's frame signal
-    as they are; None when the event has none, and retrieval parses its text instead."""
-    raw = event.attributes.get("frames")
-    if not isinstance(raw, list) or not raw:
-        return None
-    sdk = event.attributes.get("sentry")
-    platform = sdk.get("platform") if isinstance(sdk, dict) else None
-    language = _SDK_LANGUAGES.get(platform or "", "javascript")
-    frames = []
-    for f in raw:
-        if not isinstance(f, dict) or not isinstance(f.get("file"), str):
-            continue
-        line = f.get("line")
-        # A JVM frame is found by its class's package plus the file's name (PathMapper).
-        file = f["file"].replace("\\", "/").rsplit("/", 1)[-1] if language == "java" else f["file"]
-        frames.append(
-            Frame(
-                file,
-                line if isinstance(line, int) else None,
-                str(f.get("function") or ""),
-                module=str(f.get("module") or "") if language == "java" else "",
-                language=language,
-                code=str(f.get("code") or ""),
-            )
-        )
-    return frames or None
+    text: str
+    frames: tuple[Frame, ...] = ()
 
 
 def build_query(event: ErrorEvent, *, max_chars: int = QUERY_MAX_CHARS) -> str:
     """Exception line, frame symbols, context, then the frames nearest the raise."""
+    return compose_query(event, max_chars=max_chars).text
+
+
+def compose_query(event: ErrorEvent, *, max_chars: int = QUERY_MAX_CHARS) -> Query:
+    """The query and the frames it holds. The event's trace was read at intake
+    (shared/intake/trace.py); an event without one gets a query without frames."""
     exc_type, message = event.exception_type, event.message.strip()
     source = event.stacktrace or event.message
+    trace = event.trace or Trace()
     if not exc_type and event.stacktrace:
-        found = reported(event.stacktrace)
+        found = trace.reported()
         if found is not None:
             exc_type, message = found.type, found.message
     elif not event.stacktrace:  # free text: its first line leads, the rest is context
         message = next((ln for ln in message.splitlines() if ln.strip()), "")
     head = ": ".join(p for p in (exc_type, " ".join(message.split())) if p)[:HEAD_MAX_CHARS]
-    frames = _frames_for_query(parse_frames(source))
+    frames = _frames_for_query(trace.frames)
     parts = [p for p in (head, _symbol_line(frames)) if p]
     skip = {" ".join(message.split()), head, *(" ".join(f.code.split()) for f in frames)}
     context = _context(source, skip)
     if context:
         parts.append(context)
     query = "\n".join(parts)
-    rendered = render_frames(frames)
-    # Frames are dropped from the far end of the trace first (outermost Python frames lead).
-    while rendered and len(query) + 1 + len("\n".join(rendered)) > max_chars:
-        rendered = rendered[1:] if frames and frames[0].language == "python" else rendered[:-1]
-        while (
-            rendered
-            and rendered[0].startswith("    ")
-            and not rendered[0].strip().startswith("at ")
-        ):
-            rendered = rendered[1:]  # never leave a code line without its frame
-    if rendered:
-        query = f"{query}\n" + "\n".join(rendered)
+    kept = frames
+    # Frames are dropped from the far end of the trace first, a whole frame at a time.
+    while kept and len(query) + 1 + len("\n".join(render_frames(kept))) > max_chars:
+        kept = kept[:-1]
+    if kept:
+        query = f"{query}\n" + "\n".join(render_frames(kept))
     if not query:
-        return event.message.strip()[:max_chars] or event.service
-    return query[:max_chars]
+        return Query(event.message.strip()[:max_chars] or event.service)
+    return Query(query[:max_chars], tuple(kept))
 
 
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")

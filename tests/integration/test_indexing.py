@@ -18,7 +18,7 @@ from shared.index.corpus import RedisCorpus
 from shared.index.owners import OwnersStore, owners_of
 from shared.index.reindex import index_repository
 from shared.index.vectors import ChromaVectorIndex
-from shared.intake.frames import parse_frames
+from shared.intake.traces import parse_frames
 from shared.retrieve.hybrid import frame_ranking
 from shared.retrieve.keywords import BM25Index
 from tests.conftest import model_not_pulled

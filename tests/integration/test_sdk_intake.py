@@ -27,8 +27,8 @@ import redis
 
 from shared.core.domain import ErrorEvent
 from shared.devtools.localstack import start_ingest, start_redis
-from shared.intake.frames import parse_frames
-from shared.retrieve.query import event_frames
+from shared.intake.trace import sdk_frames
+from shared.intake.traces import parse_frames
 from tests.conftest import SETTLE_OFF
 
 pytestmark = pytest.mark.integration
@@ -200,7 +200,7 @@ def test_python_sentry_sdk_chained_exception_becomes_an_event_and_starts_a_chain
     parsed = [(f.function, f.line) for f in parse_frames(event.stacktrace)]
     assert parsed[0][0] == "place_order" and ("parse_quantity", 7) in parsed
     # Retrieval takes the SDK's own frames, in-app ones, nearest the raise first.
-    structured = event_frames(event) or []
+    structured = list(sdk_frames(event))
     assert structured[0].function == "place_order" and structured[0].language == "python"
     # Breadcrumbs are kept for the prompt, redacted.
     [crumb] = [c for c in attrs["breadcrumbs"] if "cart 42" in c.get("message", "")]

@@ -23,6 +23,7 @@ from shared.intake.fingerprint import (
     load_grouping_config,
     normalize_message,
 )
+from shared.intake.trace import read_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,11 +203,12 @@ def test_node_cause_and_go_panic_keep_in_app_frames_only() -> None:
     node = (DATA / "traces" / "node.log").read_text()
     node = node[node.index("Error: price") : node.index("2026-11-30T10:43:04")]
     assert chain(node) == ("Error", "Error")
-    assert all(f.startswith("src/server:") for f in frame_signature(node))
+    assert all(f.startswith("src/server:") for f in frame_signature(read_trace(node).frames))
     go = (DATA / "traces" / "go.log").read_text()
     go = go[go.index("panic: runtime error: index") : go.index("exit status 2")]
     # only the panicking goroutine counts, not the other goroutines' stacks
-    assert frame_signature(go) == ("main.(*Syncer):apply", "main.(*Syncer):run", "main:main")
+    expected = ("main.(*Syncer):apply", "main.(*Syncer):run", "main:main")
+    assert frame_signature(read_trace(go).frames) == expected
 
 
 # --- in-app frames -------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.intake.frames import Frame, PathMapper, normalize_path, parse_frames
+from shared.core.domain import Frame
+from shared.intake.frames import PathMapper, normalize_path
+from shared.intake.traces import parse_frames
 
 PYTHON = """Traceback (most recent call last):
   File "/srv/app/shop/api.py", line 10, in handle

@@ -26,18 +26,21 @@ from shared.core.domain import (
     Investigation,
 )
 from shared.devtools.eval import MemoryIndex, load_corpus
+from shared.intake.trace import with_trace
 from shared.models.chat import ToolCall, ToolsUnsupported, Turn
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 REPO = SAMPLE_SERVICE.name
 PRICING = "shopapp/services/pricing.py"
 TRACE = (DATA / "sample-error.txt").read_text()
-EVENT = ErrorEvent(
-    service="shop-api",
-    repo=REPO,
-    message="division by zero",
-    exception_type="ZeroDivisionError",
-    stacktrace=TRACE,
+EVENT = with_trace(  # as intake hands it on: its trace read once
+    ErrorEvent(
+        service="shop-api",
+        repo=REPO,
+        message="division by zero",
+        exception_type="ZeroDivisionError",
+        stacktrace=TRACE,
+    )
 )
 VALID = {
     "summary": "A line with quantity 0 divides by zero.",

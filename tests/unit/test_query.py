@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from shared.core.domain import ErrorEvent
-from shared.intake.events import parse_event
-from shared.intake.frames import parse_frames
-from shared.retrieve.query import QUERY_MAX_CHARS, build_query, event_frames, render_frames
+from shared.intake.events import from_text, parse_event
+from shared.intake.trace import sdk_frames, with_trace
+from shared.intake.traces import parse_frames
+from shared.retrieve.query import QUERY_MAX_CHARS, build_query, compose_query, render_frames
 
 TRACE = """2024-05-01 12:00:01 ERROR request failed id=42
 Traceback (most recent call last):
@@ -20,7 +24,8 @@ ZeroDivisionError: division by zero
 
 
 def event(text: str) -> ErrorEvent:
-    return parse_event(text, service="shop", repo="shop")
+    """The event as intake hands it on: its trace read."""
+    return with_trace(parse_event(text, service="shop", repo="shop"))
 
 
 def test_exception_line_leads_then_the_symbols_nearest_the_raise() -> None:
@@ -105,7 +110,7 @@ def test_an_sdks_frames_go_to_retrieval_as_they_are() -> None:
     python = ErrorEvent(
         service="s", repo="r", attributes={"frames": frames, "sentry": {"platform": "python"}}
     )
-    [first, _] = event_frames(python) or []
+    [first, _] = sdk_frames(python)
     assert (first.file, first.line, first.function, first.language) == (
         "/srv/app/shop/pricing.py",
         42,
@@ -115,6 +120,22 @@ def test_an_sdks_frames_go_to_retrieval_as_they_are() -> None:
     java = python.model_copy(
         update={"attributes": {"frames": frames[1:], "sentry": {"platform": "java"}}}
     )
-    [only] = event_frames(java) or []
+    [only] = sdk_frames(java)
     assert only.module == "com.shop.O" and only.language == "java"
-    assert event_frames(ErrorEvent(service="s", repo="r", stacktrace=TRACE)) is None
+    assert sdk_frames(ErrorEvent(service="s", repo="r", stacktrace=TRACE)) == ()
+
+
+def test_the_query_names_exactly_the_frames_retrieval_follows() -> None:
+    """Retrieval follows the frames intake read, not the text: they must be the frames the
+    query's text shows (what the embedding and BM25 read), for every mined bug report."""
+    cases = Path(__file__).parents[2] / "benchmarks" / "cases"
+    checked = 0
+    for path in sorted(cases.glob("cases-mined*.jsonl")):
+        for line in path.read_text().splitlines():
+            case = json.loads(line)
+            found = from_text(case["query"], origin="sent", service="s", repo="r", level="ERROR")
+            assert isinstance(found, ErrorEvent)
+            query = compose_query(with_trace(found))
+            assert list(query.frames) == parse_frames(query.text), case["id"]
+            checked += bool(query.frames)
+    assert checked >= 20  # most mined reports carry a trace

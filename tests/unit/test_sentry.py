@@ -11,7 +11,6 @@ from shared.core.domain import ErrorEvent
 from shared.intake.events import Ignored
 from shared.intake.exceptions import chain as exception_chain
 from shared.intake.exceptions import reported
-from shared.intake.frames import parse_frames
 from shared.intake.sentry import (
     EnvelopeError,
     TooManyItems,
@@ -21,6 +20,7 @@ from shared.intake.sentry import (
     project_target,
     render_trace,
 )
+from shared.intake.traces import parse_frames
 
 
 def frame(function: str, lineno: int, **kw: Any) -> dict[str, Any]:

@@ -28,11 +28,12 @@ from shared.core.domain import (
 )
 from shared.core.errors import PermanentError, TracehoundError, TransientError
 from shared.core.pipeline import notify_step
+from shared.intake.trace import with_trace
 from shared.models.reranker import RerankRefused, rerank_candidates
 from shared.notify.delivery import ClaimHeld, Paced, deliver
 from shared.retrieve.evidence import judge
 from shared.retrieve.hybrid import hybrid_retrieve
-from shared.retrieve.query import build_query, event_frames
+from shared.retrieve.query import compose_query
 from workers import context, metrics
 from workers.app import app, task_options
 from workers.retry import attempts_left, retry, visit
@@ -63,12 +64,14 @@ def embed_query(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         log.info("analysis.duplicate_chain", extra={"event_id": inv.event.id})
         inflight.done(ctx.redis, self.request.root_id or self.request.id)  # no result follows
         raise Ignore()
-    # Producers redact already; this keeps secrets out of the models for any other caller.
-    inv = inv.model_copy(update={"event": ctx.redactor.redact_event(inv.event)})
-    query = build_query(inv.event)
+    if inv.event.trace is None:
+        # Intake redacts every event and reads its trace once; an event enqueued without it
+        # (a caller of enqueue_error) is redacted and read here, before any model sees it.
+        inv = inv.model_copy(update={"event": with_trace(ctx.redactor.redact_event(inv.event))})
+    query = compose_query(inv.event)
     vector: list[float] | None = None
     try:
-        [vector] = ctx.query_embedder.embed([ctx.settings.embed_query_prefix + query])
+        [vector] = ctx.query_embedder.embed([ctx.settings.embed_query_prefix + query.text])
     except TransientError as exc:
         if attempts_left(self):
             raise retry(self, exc) from exc
@@ -77,7 +80,8 @@ def embed_query(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     except PermanentError as exc:
         inv = inv.noted(f"{EMBED_FAILED} ({exc}); keyword search only")
         metrics.fallback("embed_query")
-    return inv.model_copy(update={"query": query, "query_vector": vector}).model_dump(mode="json")
+    update = {"query": query.text, "query_frames": query.frames, "query_vector": vector}
+    return inv.model_copy(update=update).model_dump(mode="json")
 
 
 @app.task(**task_options(q.RETRIEVE))
@@ -97,8 +101,8 @@ def retrieve(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             rrf_k=ctx.settings.rrf_k,
             degrade=not attempts_left(self),
             prior=ctx.prior,
-            # An SDK's own frames (in-app first) when it sent them; else parsed from the query.
-            frames=event_frames(inv.event),
+            # An SDK's own frames (in-app first) when it sent them; else those the query names.
+            frames=(inv.event.trace.sdk_frames if inv.event.trace else ()) or inv.query_frames,
         )
     except TransientError as exc:
         raise retry(self, exc) from exc

@@ -1,0 +1,40 @@
+"""Stack frames parsed out of error text: one module per language's trace grammar.
+
+Each module names its ``language``, whether it prints the innermost frame last
+(``innermost_last``: Python) or first (the JVM, Node, Go), and reads one frame line:
+``frame(lines, i) -> Frame | None``. Adding a language is one module here, listed in
+``GRAMMARS``, and its tests. Only intake parses (shared/intake/trace.py): later stages read the
+event's ``Trace``, and import-linter keeps them out of this package.
+"""
+
+from __future__ import annotations
+
+from shared.core.domain import Frame
+from shared.intake.traces import go, jvm, node, python
+
+GRAMMARS = (python, jvm, node, go)  # tried in this order on every line
+
+
+def parse_frames(text: str) -> list[Frame]:
+    """Frames of every trace in ``text``, nearest the raise first.
+
+    Python prints the innermost frame last; Java, Node and Go print it first, and a Java
+    ``Caused by:`` section is the deeper cause, so its frames come before those above it.
+    """
+    lines = text.replace("\r\n", "\n").split("\n")
+    innermost_last: list[Frame] = []
+    blocks: list[list[Frame]] = [[]]  # innermost-first languages, one block per "Caused by"
+    for i, raw in enumerate(lines):
+        if jvm.starts_cause(raw) and blocks[-1]:
+            blocks.append([])
+            continue
+        for grammar in GRAMMARS:
+            found = grammar.frame(lines, i)
+            if found is not None:
+                (innermost_last if grammar.innermost_last else blocks[-1]).append(found)
+                break
+    ordered: list[Frame] = []
+    for block in reversed(blocks):
+        ordered.extend(block)
+    ordered.extend(reversed(innermost_last))
+    return ordered
