@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from shared.devtools.fuzz import ENV, fuzz
-from shared.devtools.localstack import start_ingest, start_redis
+from shared.stack.localstack import start_ingest, start_redis
 
 GOAL_RSS_MB = 250
 

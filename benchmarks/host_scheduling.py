@@ -33,11 +33,11 @@ sys.path.insert(0, str(ROOT))
 
 from shared.core.pipeline import enqueue_error, enqueue_file, sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack, simulator_env
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
+from shared.stack.localstack import LocalStack, simulator_env
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 

@@ -40,7 +40,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.devtools.localstack import (
+from shared.stack.localstack import (
     free_port,
     spawn,
     start_ingest,

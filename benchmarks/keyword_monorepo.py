@@ -36,13 +36,13 @@ import redis
 from retrieval_scale import fmt, pct  # this folder: the scale benchmark's tree and table
 
 from shared.core.domain import Chunk
-from shared.devtools.localstack import start_redis
 from shared.index.chunking import chunk_file, language_of
 from shared.index.corpus import RedisCorpus
 from shared.intake.traces import parse_frames
 from shared.retrieve.hybrid import frame_ranking
 from shared.retrieve.keywords import BM25Index
 from shared.retrieve.query import named_symbols
+from shared.stack.localstack import start_redis
 
 TREE = ROOT / ".tracehound" / "bench-scale" / "repo"
 QUERIES = ROOT / ".tracehound" / "bench-scale" / "probe.json"

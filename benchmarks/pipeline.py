@@ -29,9 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from shared.core.pipeline import enqueue_error, sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack, simulator_env, start_simulator
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
+from shared.stack.localstack import LocalStack, simulator_env, start_simulator
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 

@@ -50,16 +50,6 @@ import redis
 
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import (
-    Proc,
-    spawn,
-    start_chroma,
-    start_redis,
-    start_worker,
-    tracehound_executable,
-    wait_for_consumers,
-    wait_until,
-)
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.chunking import chunk_file, language_of
 from shared.index.corpus import RedisCorpus
@@ -74,6 +64,16 @@ from shared.retrieve.hybrid import hybrid_retrieve
 from shared.retrieve.keywords import BM25Index
 from shared.retrieve.priors import PathPrior
 from shared.retrieve.query import build_query
+from shared.stack.localstack import (
+    Proc,
+    spawn,
+    start_chroma,
+    start_redis,
+    start_worker,
+    tracehound_executable,
+    wait_for_consumers,
+    wait_until,
+)
 
 CASES = ROOT.parent / "shared" / "bench" / "cases-dev.jsonl"
 DATA = ROOT / ".tracehound" / "bench-scale"

@@ -29,7 +29,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.devtools.localstack import start_ingest, start_redis
+from shared.stack.localstack import start_ingest, start_redis
 
 KEY = "0123456789abcdef0123456789abcdef"
 TOKEN = "bench"

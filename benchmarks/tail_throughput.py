@@ -43,8 +43,8 @@ from producers.tailer import EnqueueMany, Tailer
 from shared.core.domain import ErrorEvent
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import start_redis
 from shared.groups.submit import Intake
+from shared.stack.localstack import start_redis
 
 GOAL_MB_S = 50.0
 SHARES = (0.001, 0.01, 0.1)

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 import typer
 from pydantic import ValidationError
@@ -18,10 +18,7 @@ from rich.console import Console
 from shared.core import logs, queues
 from shared.core.errors import PermanentError
 from shared.core.settings import Settings, invalid_settings
-from shared.devtools import stackfile
-
-if TYPE_CHECKING:
-    from shared.devtools.crossval import Collector
+from shared.stack import stackfile
 
 cli = typer.Typer(
     add_completion=False,
@@ -88,7 +85,7 @@ def up(
 ) -> None:
     """Run the whole stack here, without Docker: Redis, Chroma, the workers and the ingest
     endpoint under one supervisor that restarts what dies; Ctrl-C or `tracehound down` stops it."""
-    from shared.devtools.up import UpOptions, run_detached, run_up
+    from shared.stack.up import UpOptions, run_detached, run_up
 
     # The supervisor's events (a child exited, restarted) are what its log is for.
     logs.configure(os.environ.get("TRACEHOUND_LOG_LEVEL", "INFO"))
@@ -111,7 +108,7 @@ def up(
 @cli.command()
 def down(data_dir: DataDirOption = None) -> None:
     """Stop the stack `tracehound up` runs (workers finish their tasks first)."""
-    from shared.devtools.up import run_down
+    from shared.stack.up import run_down
 
     raise typer.Exit(run_down(load_settings(data_dir).data_dir.resolve(), err=err))
 
@@ -144,9 +141,9 @@ def status() -> None:
 
     from shared.core.persistence import persistence_warning
     from shared.core.pipeline import sender_app
-    from shared.devtools.up import child_health, stack_table
     from shared.groups import deferred
     from shared.models.hosts import host_status, known_hosts
+    from shared.stack.up import child_health, stack_table
 
     settings = load_settings()
     state, running = stackfile.live_state(settings.data_dir)
@@ -506,108 +503,6 @@ def slack_listen() -> None:
         run(settings)
 
 
-def _eval_feedback(settings: Settings, export: Path | None, json_out: Path | None) -> None:
-    """``eval --feedback``: the team's labelled answers, searched on the live index."""
-    import redis
-
-    from shared.devtools.feedback_eval import run_feedback_eval
-    from shared.index.corpus import RedisCorpus
-    from shared.index.vectors import ChromaVectorIndex
-    from shared.models.embedder import OllamaEmbedder
-    from shared.notify import feedback
-    from shared.retrieve.keywords import BM25Index
-    from shared.retrieve.priors import PathPrior
-
-    r = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
-    cases = feedback.load(r)
-    if export:
-        export.parent.mkdir(parents=True, exist_ok=True)
-        export.write_text(feedback.as_lines(cases), "utf-8")
-        err.print(f"wrote {len(cases)} cases to {export}", highlight=False)
-    if not cases:
-        err.print("no feedback yet: press Right file / Wrong file on a message first")
-        raise typer.Exit(1)
-    s = settings
-    keywords = BM25Index(RedisCorpus(r))
-    try:
-        report = run_feedback_eval(
-            cases,
-            vectors=ChromaVectorIndex(
-                url=s.chroma_url, path=s.chroma_path, timeout=s.chroma_timeout
-            ),
-            keywords=keywords.current,
-            embedder=OllamaEmbedder(
-                s.embed_base_url, s.embed_model, timeout=s.embed_timeout, batch_size=1
-            ),
-            query_prefix=s.embed_query_prefix,
-            reranker=_reranker(s),
-            depth=s.candidate_depth,
-            rrf_k=s.rrf_k,
-            prior=PathPrior.from_settings(s),
-            shown=s.top_k,
-        )
-    except PermanentError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
-    _print_report(report, json_out, rows="service")  # one row per service, and all of them
-
-
-def _print_report(report: Any, json_out: Path | None, *, rows: str = "mode") -> None:
-    """An eval report's table, suggested thresholds and skipped cases; the JSON if asked."""
-    from shared.devtools.eval import calibration_lines, render_table
-
-    table = render_table(report)
-    table.columns[0].header = rows
-    out.print(table)
-    for line in calibration_lines(report):
-        out.print(line, highlight=False)
-    for skipped in report.skipped:
-        err.print(f"skipped {skipped['id']}: {skipped['reason']}", highlight=False)
-    if json_out:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(report.to_json(), indent=1), "utf-8")
-        err.print(f"wrote {json_out}", highlight=False)
-
-
-def _reranker(settings: Settings) -> Any:
-    from shared.models.reranker import HttpReranker
-
-    return HttpReranker.from_settings(settings)
-
-
-def _print_cv(
-    settings: Settings, collector: Collector, summary: dict[str, Any], json_out: Path | None
-) -> None:
-    """The leave-one-repo-out tables (fusion, each repository, the follow-up mode); the JSON
-    with every case's held-out scores if asked."""
-    from shared.devtools.crossval import cv_json, followup_cv, leave_one_repo_out, render_repos
-    from shared.devtools.crossval import render as render_cv
-    from shared.retrieve.hybrid import Fusion
-
-    base = Fusion(rrf_k=settings.rrf_k)
-    crossed = leave_one_repo_out(
-        collector.cases, base, settings.demote_paths, settings.demote_weight,
-        settings.candidate_depth,
-    )  # fmt: skip
-    out.print(render_cv(crossed))
-    out.print(f"chosen on every case: {crossed.in_sample.label()}", highlight=False)
-    out.print(render_repos(crossed))
-    for repo, chosen in crossed.chosen.items():
-        n = crossed.repos[repo]
-        cases = f"{n} case{'s' if n != 1 else ''}"
-        out.print(f"held out {repo} ({cases}): {chosen.label()}", highlight=False)
-    if collector.followup:
-        followed = followup_cv(collector.cases, crossed, settings.demote_paths)
-        out.print(render_cv(crossed, followed.rows, "all+followup"))
-        weights = ", ".join(f"{r} {w:g}" for r, w in followed.chosen.items())
-        out.print(f"lookup weight chosen with each repository held out: {weights}")
-    if json_out:
-        summary = summary | {"cv": cv_json(crossed, collector.cases)}
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(summary, indent=1), "utf-8")
-        err.print(f"wrote {json_out}", highlight=False)
-
-
 @cli.command("eval")
 def eval_(
     cases: Annotated[
@@ -662,84 +557,22 @@ def eval_(
     ] = None,
 ) -> None:
     """Measure retrieval on bug-localization cases: file-level Recall@1/3/5/10 and MRR per mode."""
-    from shared.devtools.crossval import DEPTHS, SYMBOL_CAPS, Collector
-    from shared.devtools.eval import (
-        BASE_MODES,
-        FOLLOWUP_SUFFIX,
-        MODE_SIGNALS,
-        RERANK_SUFFIX,
-        EmbeddingCache,
-        base_mode,
-        load_cases,
-        make_embedder,
-        run_eval,
-    )
-    from shared.retrieve.priors import PathPrior
+    from shared.devtools.eval_command import EvalOptions, run_eval_command
 
-    settings = load_settings()
-    if feedback:
-        _eval_feedback(settings, export, json_out)
-        return
-    if not cases or corpora is None:
-        err.print("[red]error:[/red] --cases and --corpora are required (or use --feedback)")
-        raise typer.Exit(2)
-    reranker = _reranker(settings)
-    wanted = [m for arg in (modes or []) for m in arg.split(",") if m.strip()]
-    if not wanted:
-        wanted = list(BASE_MODES)
-        if reranker is not None:
-            wanted += [m + RERANK_SUFFIX for m in BASE_MODES]
-    unknown = [m for m in wanted if base_mode(m) not in MODE_SIGNALS]
-    if unknown:
-        err.print(f"[red]unknown mode(s) {unknown}; choose from {', '.join(BASE_MODES)}")
-        raise typer.Exit(2)
-    if reranker is None and any(m.endswith(RERANK_SUFFIX) for m in wanted):
-        err.print("[red]+rerank modes need TRACEHOUND_RERANK_BACKEND and TRACEHOUND_RERANK_URL")
-        raise typer.Exit(2)
-    try:
-        case_list = [c for path in cases for c in load_cases(path)][:limit]
-        counted = collections.Counter(c.id for c in case_list)
-        repeated = sorted(i for i, n in counted.items() if n > 1)
-        if repeated:
-            raise ValueError(f"case ids in more than one place: {', '.join(repeated)}")
-        emb = make_embedder(embedder, max_seq_length=max_seq_length)
-    except (OSError, ValueError, PermanentError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
-    if cv not in (None, "repo"):
-        err.print(f"[red]--cv {cv}: only 'repo' (leave one repository out) is known")
-        raise typer.Exit(2)
-    if cv and "all" not in wanted:
-        wanted.append("all")  # the signals the cross-validation re-fuses come from it
-    collector = Collector(followup=any(m.endswith(FOLLOWUP_SUFFIX) for m in wanted))
-    cache = EmbeddingCache((cache_dir or settings.data_dir / "eval-cache") / "vectors.sqlite")
-    try:
-        report = run_eval(
-            case_list,
-            corpora,
-            embedder=emb,
-            modes=wanted,
-            reranker=reranker,
-            cache=cache,
-            depth=settings.candidate_depth,
-            rrf_k=settings.rrf_k,
-            prior=PathPrior.from_settings(settings),
-            shown=settings.top_k,
-            on_event=lambda msg: err.print(msg, highlight=False),
-            on_case=collector if cv else None,
-            collect_depth=max(*DEPTHS, settings.candidate_depth),
-            collect_caps=SYMBOL_CAPS,
-            followup_rounds=settings.analysis_rounds,
-            followup_budget=settings.analysis_tool_chars,
-        )
-    except PermanentError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
-    finally:
-        cache.close()
-    _print_report(report, None if cv else json_out)
-    if cv:
-        _print_cv(settings, collector, report.to_json(), json_out)
+    options = EvalOptions(
+        cases=cases or [],
+        corpora=corpora,
+        feedback=feedback,
+        export=export,
+        modes=modes or [],
+        json_out=json_out,
+        limit=limit,
+        embedder=embedder,
+        max_seq_length=max_seq_length,
+        cache_dir=cache_dir,
+        cv=cv,
+    )
+    raise typer.Exit(run_eval_command(load_settings(), options, out=out, err=err))
 
 
 @cli.command()

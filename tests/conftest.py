@@ -17,9 +17,9 @@ import redis
 
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack, free_port, simulator_env, start_redis
-from shared.devtools.simulators.ollama import README_UBATCH, OllamaSimulator
+from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
+from shared.stack.localstack import README_UBATCH, LocalStack, free_port, simulator_env, start_redis
 
 DATA = Path(__file__).parent / "data"
 SAMPLE_SERVICE = DATA / "sample-service"

@@ -40,7 +40,7 @@ from shared.models.hosts import (
 from shared.models.leased import LeasedChat, LeasedEmbedder, LeasedReranker
 from shared.models.reranker import HttpReranker, Reranker
 from shared.notify.channel_ids import ChannelIds
-from shared.notify.delivery import Courier, DeliveryPolicy
+from shared.notify.courier import Courier, DeliveryPolicy
 from shared.notify.notifiers import (
     ConsoleNotifier,
     Notifier,

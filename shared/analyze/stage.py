@@ -26,7 +26,7 @@ from shared.analyze.history import (
 )
 from shared.analyze.llm import analyze, degraded, prompt_version
 from shared.analyze.tools import Toolbox
-from shared.core.domain import Analysis, Candidate, Investigation
+from shared.core.domain import Analysis, Candidate, Fallback, Investigation
 from shared.core.errors import PermanentError, TracehoundError, TransientError
 from shared.index.history import HistoryStore
 from shared.models.chat import ChatModel
@@ -187,7 +187,9 @@ def analyze_investigation(
         if may_retry:
             raise
         analysis = degraded(f"LLM failed: {exc}", model=chat.model)
+        inv = inv.model_copy(update={"fallbacks": [*inv.fallbacks, Fallback.LLM_HOST]})
     except PermanentError as exc:
         analysis = degraded(f"LLM failed: {exc}", model=chat.model)
+        inv = inv.model_copy(update={"fallbacks": [*inv.fallbacks, Fallback.LLM_HOST]})
     cache.put(identity, analysis)
     return with_history(with_analysis(inv, analysis, redact), recorded, redact)

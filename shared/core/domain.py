@@ -7,6 +7,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -344,8 +345,21 @@ class Posted(Frozen):
     ts: str
 
 
-# Notes a stage writes that later policy reads back (the second chance: notify/delivery.py
-# and models/health.py), so the words are written in one place.
+class Fallback(StrEnum):
+    """Why a stage fell back, as policy reads it: the second chance (notify/policy.py) and
+    the host check before it (models/health.py). The note written beside it is for people."""
+
+    EMBED_HOST = "embed_host"  # the query could not be embedded: keyword search only
+    RERANK_HOST = "rerank_host"  # the rerank server was out of reach: fused order
+    RERANK_REFUSED = "rerank_refused"  # it answered and refused: its host is up
+    NO_RERANKER = "no_reranker"  # none configured: fused order, nothing to wait for
+    LLM_HOST = "llm_host"  # the chat model failed: a degraded analysis
+
+
+# A model host that was out of reach: the message gets one more analysis when it answers.
+HOST_DOWN = frozenset({Fallback.EMBED_HOST, Fallback.RERANK_HOST, Fallback.LLM_HOST})
+
+# The words of the notes those stages write, in one place.
 EMBED_FAILED = "embedding: failed"
 RERANK_UNAVAILABLE = "rerank: unavailable"
 # The rerank server answered and refused (a pair over its batch, a bad request): its host is
@@ -380,6 +394,7 @@ class Investigation(Frozen):
     evidence: Evidence | None = None
     analysis: Analysis | None = None
     notes: list[str] = Field(default_factory=list)
+    fallbacks: list[Fallback] = Field(default_factory=list)
     trail: list[StageVisit] = Field(default_factory=list)
     # Filled by analyze from what the indexer recorded (shared/analyze/history.py).
     code_version: CodeVersion | None = None
@@ -392,6 +407,12 @@ class Investigation(Frozen):
 
     def noted(self, note: str) -> Investigation:
         return self.model_copy(update={"notes": [*self.notes, note]})
+
+    def fell_back(self, why: Fallback, note: str) -> Investigation:
+        """A stage fell back: ``why`` for policy, ``note`` for the message."""
+        return self.model_copy(
+            update={"notes": [*self.notes, note], "fallbacks": [*self.fallbacks, why]}
+        )
 
 
 class Notification(Frozen):

@@ -39,8 +39,8 @@ from pathlib import Path
 import redis
 
 from shared.core import keys
-from shared.devtools.localstack import Proc, spawn, start_redis, tracehound_executable, wait_until
 from shared.groups import deferred
+from shared.stack.localstack import Proc, spawn, start_redis, tracehound_executable, wait_until
 
 SERVICE = "shop-api"
 MARKER = re.compile(r"marker-([a-z]+)")

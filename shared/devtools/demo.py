@@ -5,38 +5,24 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-import httpx
 from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import local_stack
 from shared.devtools.sample_history import BUG_SUBJECT, build_sample_repo
-from shared.devtools.simulators.ollama import README_UBATCH, OllamaSimulator
+from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.groups.submit import intake_for
 from shared.index.history import HistoryBounds
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
+from shared.models.health import has_model, ollama_models
 from shared.notify.notifiers import render_console
+from shared.stack.localstack import README_UBATCH, local_stack
 
 DEMO_REPO = "sample-service"
 DEMO_SERVICE = "shop-api"
-
-
-def ollama_models(url: str) -> list[str] | None:
-    """Model names the Ollama at ``url`` has pulled, or None when nothing answers there."""
-    try:
-        r = httpx.get(f"{url.rstrip('/')}/api/tags", timeout=3)
-        r.raise_for_status()
-        return [m["name"] for m in r.json().get("models", [])]
-    except (httpx.HTTPError, ValueError, KeyError):
-        return None
-
-
-def has_model(models: list[str], name: str) -> bool:
-    return name in models or f"{name}:latest" in models or name.removesuffix(":latest") in models
 
 
 def run_demo(

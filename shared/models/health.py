@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import httpx
 
-from shared.core.domain import RERANK_UNAVAILABLE
+from shared.core.domain import Fallback
 from shared.core.errors import TracehoundError
 from shared.models.reranker import Reranker
 
@@ -41,10 +41,25 @@ def model_hosts_answer(
     client: httpx.Client,
     ollama_urls: Sequence[str],
     reranker: Reranker | None,
-    notes: Sequence[str],
+    fallbacks: Sequence[Fallback],
 ) -> bool:
-    """The Ollama hosts answer, and the rerank server too when the notes say it failed."""
+    """The Ollama hosts answer, and the rerank server too when the rerank stage fell back for
+    want of it."""
     if not all(ollama_answers(client, url) for url in dict.fromkeys(ollama_urls)):
         return False
-    rerank_failed = any(n.startswith(RERANK_UNAVAILABLE) for n in notes)
+    rerank_failed = Fallback.RERANK_HOST in fallbacks
     return reranker is None or not rerank_failed or reranker_answers(reranker)
+
+
+def ollama_models(url: str) -> list[str] | None:
+    """Model names the Ollama at ``url`` has pulled, or None when nothing answers there."""
+    try:
+        r = httpx.get(f"{url.rstrip('/')}/api/tags", timeout=3)
+        r.raise_for_status()
+        return [m["name"] for m in r.json().get("models", [])]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return None
+
+
+def has_model(models: list[str], name: str) -> bool:
+    return name in models or f"{name}:latest" in models or name.removesuffix(":latest") in models

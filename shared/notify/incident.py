@@ -21,7 +21,7 @@ from shared.core import keys
 from shared.core.errors import PermanentError
 from shared.groups import incidents
 from shared.notify import claims
-from shared.notify.delivery import Courier, MessageNotOut, pace_key, take_slot
+from shared.notify.courier import Courier, MessageNotOut, pace_key, take_slot
 from shared.notify.message import cap_summary, with_incident
 
 log = logging.getLogger(__name__)

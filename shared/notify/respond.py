@@ -25,7 +25,7 @@ from shared.groups import triage
 from shared.groups.store import GroupStore
 from shared.notify import actions, feedback
 from shared.notify.actions import Action, mention
-from shared.notify.delivery import DeliveryPolicy, take_slot
+from shared.notify.courier import DeliveryPolicy, take_slot
 from shared.notify.message import escape
 from shared.notify.notifiers import Notifier
 

@@ -32,10 +32,10 @@ import pytest
 
 from shared.core.settings import Settings
 from shared.devtools.llama_server import BUILD_COMMAND, cache_root, locate, server_spec, wheel_dir
-from shared.devtools.localstack import Proc, free_port, start
 from shared.devtools.simulators.ollama import OllamaSimulator, pair_tokens
 from shared.models.health import reranker_answers
 from shared.models.reranker import HttpReranker, RerankRefused
+from shared.stack.localstack import Proc, free_port, start
 from tests.contract.llama_models import WORDS, write_reranker
 
 pytestmark = pytest.mark.contract

@@ -16,7 +16,13 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from shared.core.domain import RERANK_REFUSED, RERANK_UNAVAILABLE, ErrorEvent, Investigation
+from shared.core.domain import (
+    RERANK_REFUSED,
+    RERANK_UNAVAILABLE,
+    ErrorEvent,
+    Fallback,
+    Investigation,
+)
 from shared.devtools.simulators.ollama import OllamaSimulator, pair_tokens
 from shared.models.health import reranker_answers
 from shared.models.reranker import (
@@ -26,7 +32,7 @@ from shared.models.reranker import (
     RerankRefused,
     relevance,
 )
-from shared.notify.delivery import needs_second_chance
+from shared.notify.policy import needs_second_chance
 
 pytestmark = pytest.mark.contract
 
@@ -149,8 +155,12 @@ def test_a_server_that_keeps_refusing_is_asked_a_bounded_number_of_times(
 
 def test_a_refused_rerank_gets_no_second_chance_but_a_host_that_was_down_does() -> None:
     event = ErrorEvent(service="shop", repo="shop", message="boom")
-    refused = Investigation(event=event, notes=[f"{RERANK_REFUSED} (input too large)"])
-    down = Investigation(event=event, notes=[f"{RERANK_UNAVAILABLE} (cannot reach)"])
+    refused = Investigation(event=event).fell_back(
+        Fallback.RERANK_REFUSED, f"{RERANK_REFUSED} (input too large)"
+    )
+    down = Investigation(event=event).fell_back(
+        Fallback.RERANK_HOST, f"{RERANK_UNAVAILABLE} (cannot reach)"
+    )
     assert not needs_second_chance(refused)
     assert needs_second_chance(down)
 

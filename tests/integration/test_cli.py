@@ -14,7 +14,7 @@ import pytest
 
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack, spawn, tracehound_executable
+from shared.stack.localstack import LocalStack, spawn, tracehound_executable
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration

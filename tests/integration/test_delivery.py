@@ -28,18 +28,13 @@ from shared.core.domain import (
 from shared.core.errors import TransientError
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.groups.store import GroupStore
-from shared.notify.delivery import (
-    ClaimHeld,
-    Courier,
-    DeliveryPolicy,
-    MessageNotOut,
-    Paced,
-    claim_id,
-    deliver,
-    post_reply,
-    update_counts,
-)
+from shared.notify.claims import ClaimHeld
+from shared.notify.counts import update_counts
+from shared.notify.courier import Courier, DeliveryPolicy, MessageNotOut, Paced
+from shared.notify.delivery import deliver
 from shared.notify.notifiers import ConsoleNotifier, SlackBotNotifier
+from shared.notify.policy import claim_id
+from shared.notify.replies import post_reply
 
 pytestmark = pytest.mark.integration
 

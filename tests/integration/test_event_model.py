@@ -28,10 +28,10 @@ from producers.tailer import Tailer
 from shared.core.domain import ErrorEvent
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import start_ingest
 from shared.groups import deferred
 from shared.groups.submit import intake_for
 from shared.intake.redact import Redactor
+from shared.stack.localstack import start_ingest
 from tests.data.records.generate import Corpus, generate
 
 pytestmark = pytest.mark.integration

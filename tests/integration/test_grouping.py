@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.devtools.localstack import LocalStack, Proc, start_ingest, wait_until
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
+from shared.stack.localstack import LocalStack, Proc, start_ingest, wait_until
 from tests.conftest import DATA
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,6 @@ import redis
 from shared.core.errors import TransientError
 from shared.core.pipeline import enqueue_error, enqueue_file
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack, tracehound_executable, wait_until
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
@@ -32,6 +31,7 @@ from shared.models.hosts import (
     LeaseLost,
     host_status,
 )
+from shared.stack.localstack import LocalStack, tracehound_executable, wait_until
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration

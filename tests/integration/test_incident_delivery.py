@@ -19,7 +19,6 @@ from shared.core import keys
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.devtools import outage
-from shared.devtools.localstack import LocalStack, simulator_env, wait_until
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.groups.incidents import incident_of, load
@@ -28,6 +27,7 @@ from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
 from shared.intake.fingerprint import fingerprint
 from shared.notify.message import INCIDENT_BLOCK_ID
+from shared.stack.localstack import LocalStack, simulator_env, wait_until
 from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL
 
 pytestmark = pytest.mark.integration

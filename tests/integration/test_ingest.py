@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from shared.devtools.localstack import LocalStack, start_ingest
 from shared.devtools.simulators.slack import SlackSimulator
+from shared.stack.localstack import LocalStack, start_ingest
 from tests.conftest import DATA
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from shared.devtools.fuzz import DSN_KEY, ENV, TOKEN, fuzz
-from shared.devtools.localstack import start_ingest, start_redis
+from shared.stack.localstack import start_ingest, start_redis
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from shared.core import keys
-from shared.devtools.localstack import start_ingest, start_redis
+from shared.stack.localstack import start_ingest, start_redis
 
 pytestmark = pytest.mark.integration
 

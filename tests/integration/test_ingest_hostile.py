@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from shared.core import keys
-from shared.devtools.localstack import Proc, start_ingest, start_redis, start_worker, wait_until
+from shared.stack.localstack import Proc, start_ingest, start_redis, start_worker, wait_until
 from tests.conftest import SETTLE_OFF
 
 pytestmark = pytest.mark.integration

@@ -11,10 +11,10 @@ import redis
 from shared.core import keys
 from shared.core.pipeline import enqueue_error
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack, wait_until
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
+from shared.stack.localstack import LocalStack, wait_until
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration

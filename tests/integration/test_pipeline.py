@@ -14,12 +14,12 @@ import pytest
 from shared.core.domain import ErrorEvent
 from shared.core.pipeline import enqueue_error
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack, wait_until
 from shared.devtools.sample_history import BUG_SUBJECT, STEPS, SampleRepo, build_sample_repo
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
+from shared.stack.localstack import LocalStack, wait_until
 from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL, model_not_pulled
 
 pytestmark = pytest.mark.integration
@@ -261,7 +261,7 @@ def test_chroma_down_retries_then_says_vector_search_failed(
 
 
 def stack_restart_chroma(stack: LocalStack) -> bool:
-    from shared.devtools.localstack import start_chroma
+    from shared.stack.localstack import start_chroma
 
     port = int(stack.env["TRACEHOUND_CHROMA_URL"].rsplit(":", 1)[1])
     old = next(p for p in stack.procs if p.name == "chroma")

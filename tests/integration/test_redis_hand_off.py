@@ -23,11 +23,11 @@ import pytest
 
 from shared.core.pipeline import enqueue_error, enqueue_thread_reply, sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import WORKER_GROUPS, LocalStack, simulator_env, wait_until
 from shared.devtools.redis_cut import RedisCut
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.intake.events import parse_event
+from shared.stack.localstack import WORKER_GROUPS, LocalStack, simulator_env, wait_until
 from tests.conftest import DATA, SLACK_CHANNEL
 
 TRACE = (DATA / "sample-error.txt").read_text()

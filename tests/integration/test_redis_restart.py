@@ -16,17 +16,17 @@ import redis
 from shared.core.persistence import NO_PERSISTENCE
 from shared.core.pipeline import enqueue_error, sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import (
+from shared.devtools.simulators.ollama import OllamaSimulator
+from shared.devtools.simulators.slack import SlackSimulator
+from shared.index.reindex import index_repository
+from shared.intake.events import parse_event
+from shared.stack.localstack import (
     LocalStack,
     simulator_env,
     start_ingest,
     start_redis,
     wait_until,
 )
-from shared.devtools.simulators.ollama import OllamaSimulator
-from shared.devtools.simulators.slack import SlackSimulator
-from shared.index.reindex import index_repository
-from shared.intake.events import parse_event
 from tests.conftest import DATA, INCIDENTS_OFF, SAMPLE_SERVICE, SLACK_CHANNEL
 
 pytestmark = pytest.mark.integration

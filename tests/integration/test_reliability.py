@@ -15,11 +15,11 @@ import redis
 
 from shared.core.pipeline import enqueue_error
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
+from shared.stack.localstack import LocalStack
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration

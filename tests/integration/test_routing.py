@@ -20,16 +20,12 @@ from shared.core.domain import Candidate, ChunkHit, ErrorEvent, GroupRef, Invest
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.groups.store import GroupStore
 from shared.index.owners import OwnersStore
-from shared.notify.delivery import (
-    Courier,
-    DeliveryPolicy,
-    Paced,
-    claim_id,
-    deliver,
-    post_reply,
-    update_counts,
-)
+from shared.notify.counts import update_counts
+from shared.notify.courier import Courier, DeliveryPolicy, Paced
+from shared.notify.delivery import deliver
 from shared.notify.notifiers import ConsoleNotifier, SlackBotNotifier
+from shared.notify.policy import claim_id
+from shared.notify.replies import post_reply
 from shared.notify.routing import Routing, parse_routing
 
 pytestmark = pytest.mark.integration

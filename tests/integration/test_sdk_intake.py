@@ -26,9 +26,9 @@ import pytest
 import redis
 
 from shared.core.domain import ErrorEvent
-from shared.devtools.localstack import start_ingest, start_redis
 from shared.intake.trace import sdk_frames
 from shared.intake.traces import parse_frames
+from shared.stack.localstack import start_ingest, start_redis
 from tests.conftest import SETTLE_OFF
 
 pytestmark = pytest.mark.integration

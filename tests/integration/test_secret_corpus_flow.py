@@ -42,13 +42,13 @@ import pytest
 from shared.analyze.llm import FIELD_MAX_CHARS, PROMPT_BREADCRUMBS, PROMPT_ERROR_MAX_CHARS
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack, start_ingest, wait_until
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
 from shared.intake.events import MAX_MESSAGE_CHARS
 from shared.intake.otlp import MAX_VALUE_CHARS
 from shared.intake.sentry import MAX_FIELD_CHARS
+from shared.stack.localstack import LocalStack, start_ingest, wait_until
 from tests.conftest import SAMPLE_SERVICE
 from tests.data.secret_corpus import CONTEXTS, Sample, corpus, unnamed
 

@@ -15,12 +15,12 @@ import pytest
 
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.groups.submit import intake_for
 from shared.index.reindex import index_repository
 from shared.intake.events import from_record
+from shared.stack.localstack import LocalStack
 from tests.conftest import SAMPLE_SERVICE
 from tests.data.planted_secrets import Planted, planted
 

@@ -20,7 +20,6 @@ import redis
 from producers.slack_listen import Listener
 from shared.core import keys
 from shared.core.settings import Settings
-from shared.devtools.localstack import LocalStack, start_ingest, wait_until
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.devtools.simulators.slack_socket import block_actions, signed_request
@@ -28,6 +27,7 @@ from shared.groups.submit import Intake, intake_for
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
 from shared.notify import actions
+from shared.stack.localstack import LocalStack, start_ingest, wait_until
 from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL, SLACK_SIGNING_SECRET
 
 pytestmark = pytest.mark.integration

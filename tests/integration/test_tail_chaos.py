@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from shared.devtools import chaos
-from shared.devtools.localstack import wait_until
 from shared.groups import deferred
+from shared.stack.localstack import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ import redis
 
 from producers.tailer import Tailer
 from shared.core.domain import ErrorEvent
-from shared.devtools.localstack import Proc, spawn, start_redis, tracehound_executable, wait_until
 from shared.groups import deferred
+from shared.stack.localstack import Proc, spawn, start_redis, tracehound_executable, wait_until
 
 pytestmark = pytest.mark.integration
 

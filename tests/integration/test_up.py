@@ -23,11 +23,11 @@ import chromadb
 import httpx
 import pytest
 
-from shared.devtools import stackfile
-from shared.devtools.localstack import ChildSpec, Proc, spawn, wait_until
-from shared.devtools.supervisor import Supervisor, restart_delay
-from shared.devtools.up import child_state_text
 from shared.index.vectors import collection_name
+from shared.stack import stackfile
+from shared.stack.localstack import ChildSpec, Proc, spawn, wait_until
+from shared.stack.supervisor import Supervisor, restart_delay
+from shared.stack.up import child_state_text
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration

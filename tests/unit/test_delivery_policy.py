@@ -3,9 +3,15 @@ recurrence replies, when a "still happening" reply is due."""
 
 from __future__ import annotations
 
-from shared.core.domain import ErrorEvent, GroupRef, Investigation
+from shared.core.domain import EMBED_FAILED, ErrorEvent, Fallback, GroupRef, Investigation, Posted
 from shared.groups.store import GroupState
-from shared.notify.delivery import claim_id, occurrences_of, reply_due, thread_target
+from shared.notify.policy import (
+    claim_id,
+    needs_second_chance,
+    occurrences_of,
+    reply_due,
+    thread_target,
+)
 
 EVENT = ErrorEvent(service="shop", repo="shop", message="boom")
 
@@ -62,3 +68,17 @@ def test_the_message_counts_the_window_with_first_and_last_seen() -> None:
     assert occ is not None
     assert (occ.count, occ.first_seen_ms, occ.last_seen_ms) == (7, 1_000, 9_000)
     assert occurrences_of(None) is None
+
+
+def test_the_second_chance_reads_why_a_stage_fell_back_not_the_words_of_its_note() -> None:
+    event = ErrorEvent(service="shop", repo="shop", message="boom")
+    note = f"{EMBED_FAILED} (connection refused); keyword search only"
+    assert needs_second_chance(Investigation(event=event).fell_back(Fallback.EMBED_HOST, note))
+    assert needs_second_chance(Investigation(event=event).fell_back(Fallback.LLM_HOST, "x"))
+    # the same words without the reason (an error message that happens to read so) are not it
+    assert not needs_second_chance(Investigation(event=event, notes=[note]))
+    for calm in (Fallback.NO_RERANKER, Fallback.RERANK_REFUSED):
+        assert not needs_second_chance(Investigation(event=event).fell_back(calm, "x"))
+    # a second analysis gets no third
+    again = Investigation(event=event, revises=Posted(channel="C1", ts="1.0"))
+    assert not needs_second_chance(again.fell_back(Fallback.EMBED_HOST, note))

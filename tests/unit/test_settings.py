@@ -229,7 +229,7 @@ def test_the_app_token_and_signing_secret_are_masked() -> None:
 
 
 def test_up_starts_the_socket_mode_listener_as_a_child() -> None:
-    from shared.devtools.localstack import slack_listen_spec
+    from shared.stack.localstack import slack_listen_spec
 
     spec = slack_listen_spec({"TRACEHOUND_REDIS_URL": "redis://x"})
     assert spec.argv[1:] == ("slack-listen",) and spec.env["TRACEHOUND_REDIS_URL"] == "redis://x"

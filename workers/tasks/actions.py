@@ -13,7 +13,7 @@ from typing import Any
 from shared.core import queues as q
 from shared.core.errors import TransientError
 from shared.notify.actions import parse_actions
-from shared.notify.delivery import Paced
+from shared.notify.courier import Paced
 from shared.notify.respond import respond
 from workers import context
 from workers.app import app, task_options

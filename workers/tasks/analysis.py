@@ -24,13 +24,16 @@ from shared.core.domain import (
     RERANK_REFUSED,
     RERANK_UNAVAILABLE,
     Evidence,
+    Fallback,
     Investigation,
 )
 from shared.core.errors import PermanentError, TracehoundError, TransientError
 from shared.core.pipeline import notify_step
 from shared.intake.trace import with_trace
 from shared.models.reranker import RerankRefused, rerank_candidates
-from shared.notify.delivery import ClaimHeld, Paced, deliver
+from shared.notify.claims import ClaimHeld
+from shared.notify.courier import Paced
+from shared.notify.delivery import deliver
 from shared.retrieve.evidence import judge
 from shared.retrieve.hybrid import hybrid_retrieve
 from shared.retrieve.query import compose_query
@@ -75,10 +78,10 @@ def embed_query(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     except TransientError as exc:
         if attempts_left(self):
             raise retry(self, exc) from exc
-        inv = inv.noted(f"{EMBED_FAILED} ({exc}); keyword search only")
+        inv = inv.fell_back(Fallback.EMBED_HOST, f"{EMBED_FAILED} ({exc}); keyword search only")
         metrics.fallback("embed_query")
     except PermanentError as exc:
-        inv = inv.noted(f"{EMBED_FAILED} ({exc}); keyword search only")
+        inv = inv.fell_back(Fallback.EMBED_HOST, f"{EMBED_FAILED} ({exc}); keyword search only")
         metrics.fallback("embed_query")
     update = {"query": query.text, "query_frames": query.frames, "query_vector": vector}
     return inv.model_copy(update=update).model_dump(mode="json")
@@ -129,9 +132,9 @@ def rerank(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     reranker = ctx.reranker
     reason = None
     candidates = inv.candidates[:top_k]
-    note = RERANK_UNAVAILABLE
+    note, why = RERANK_UNAVAILABLE, Fallback.RERANK_HOST
     if reranker is None:
-        reason = NO_RERANK_BACKEND
+        reason, why = NO_RERANK_BACKEND, Fallback.NO_RERANKER
     elif inv.candidates:
         try:
             candidates = rerank_candidates(inv.query, inv.candidates, reranker, top_k=top_k)
@@ -141,11 +144,12 @@ def rerank(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             reason = (
                 str(exc) if isinstance(exc, TracehoundError) else f"{type(exc).__name__}: {exc}"
             )
-            note = RERANK_REFUSED if isinstance(exc, RerankRefused) else RERANK_UNAVAILABLE
+            if isinstance(exc, RerankRefused):
+                note, why = RERANK_REFUSED, Fallback.RERANK_REFUSED
             log.warning("rerank.fallback", extra={"event_id": inv.event.id, "reason": reason})
             metrics.fallback("rerank")
     if reason:
-        inv = inv.noted(f"{note} ({reason})")
+        inv = inv.fell_back(why, f"{note} ({reason})")
     # Judged on what will be shown, in the order it will be shown.
     evidence = judge(
         inv.query,

@@ -4,9 +4,9 @@
 group and interval (scheduled by shared/groups/submit.py for repeats): it rewrites the
 message's occurrence count and posts at most one thread reply per interval. ``thread_reply``
 [notify] posts one reply; ``update_incident`` [notify] rewrites an incident's list of groups.
-The policy is shared/notify/delivery.py; these tasks turn its answers into retries: a paced
-channel or a held claim comes back shortly, a transient Slack failure waits as long as it
-takes, a permanent refusal keeps the message in the console file.
+The policy is in shared/notify/ (delivery.py, counts.py, replies.py); these tasks turn its
+answers into retries: a paced channel or a held claim comes back shortly, a transient Slack
+failure waits as long as it takes, a permanent refusal keeps the message in the console file.
 """
 
 from __future__ import annotations
@@ -18,16 +18,12 @@ from shared.core.domain import Investigation
 from shared.core.errors import TransientError
 from shared.core.pipeline import enqueue_error
 from shared.models.health import model_hosts_answer
-from shared.notify.delivery import (
-    ClaimHeld,
-    MessageNotOut,
-    Paced,
-    claim_second_chance,
-    deliver,
-    post_reply,
-    update_counts,
-)
+from shared.notify.claims import ClaimHeld
+from shared.notify.counts import update_counts
+from shared.notify.courier import MessageNotOut, Paced
+from shared.notify.delivery import claim_second_chance, deliver
 from shared.notify.incident import refresh
+from shared.notify.replies import post_reply
 from workers import context
 from workers.app import app, task_options
 from workers.retry import retry, visit
@@ -77,7 +73,7 @@ def reanalyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     ctx = context.clients()
     s = ctx.settings
     if not model_hosts_answer(
-        ctx.model_http, [s.llm_base_url, s.embed_base_url], ctx.reranker, inv.notes
+        ctx.model_http, [s.llm_base_url, s.embed_base_url], ctx.reranker, inv.fallbacks
     ):
         attempts = max(1, int(s.group_window // s.reanalyze_after))  # while the window lasts
         if self.request.retries >= attempts:

@@ -46,9 +46,6 @@ from shared.devtools.simulators._loopback import BaseHandler, LoopbackSimulator,
 from shared.index.tokens import tokenize
 
 DEFAULT_MODELS: tuple[str, ...] = ("nomic-embed-text", "qwen2.5-coder:7b", "bge-reranker-v2-m3")
-# llama-server's -ub when started as the README says (its own default is 512): the simulator
-# stands in for that server wherever tracehound runs on it (tests, demo, ``up --simulate``).
-README_UBATCH = 2048
 DEFAULT_DIM = 256
 LATENCY_KINDS: tuple[str, ...] = ("embed", "chat", "rerank")
 ANALYSIS_KEYS = frozenset(

@@ -26,9 +26,10 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
-from shared.devtools import stackfile
-from shared.devtools.demo import has_model, ollama_models
-from shared.devtools.localstack import (
+from shared.models.health import has_model, ollama_models
+from shared.stack import stackfile
+from shared.stack.localstack import (
+    README_UBATCH,
     WORKER_GROUPS,
     chroma_executable,
     chroma_spec,
@@ -45,7 +46,7 @@ from shared.devtools.localstack import (
     wait_until,
     worker_specs,
 )
-from shared.devtools.supervisor import Supervisor
+from shared.stack.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -218,8 +219,6 @@ def _supervise(opts: UpOptions, err: Console) -> int:
         env |= {f"{stackfile.ENV_PREFIX}{k.upper()}": v for k, v in made.items()}
         provided |= made
         if opts.simulate:
-            from shared.devtools.simulators.ollama import README_UBATCH
-
             ollama = sup.start(
                 simulator_spec("ollama", free_port(), "--rerank-ubatch", str(README_UBATCH))
             ).spec.url

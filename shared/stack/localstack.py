@@ -30,6 +30,11 @@ WORKER_GROUPS: dict[str, tuple[Sequence[str], int]] = {
     "cpu": (("retrieve", "index", "notify", "intake"), 2),
 }
 
+# llama-server's -ub when started as the README says (its own default is 512): the Ollama
+# simulator stands in for that server wherever tracehound runs on it (tests, demo,
+# ``up --simulate``).
+README_UBATCH = 2048
+
 
 def free_port() -> int:
     with socket.socket() as s:

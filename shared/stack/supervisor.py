@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.devtools.localstack import ChildSpec, Proc, spawn, start
-from shared.devtools.stackfile import ChildState
+from shared.stack.localstack import ChildSpec, Proc, spawn, start
+from shared.stack.stackfile import ChildState
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,229 @@
+"""``tracehound eval``: what runs behind the command (producers/cli.py declares its options).
+
+Retrieval measured on bug-localization cases (shared/devtools/eval.py), cross-validated by
+repository (crossval.py), or on the team's own Right file / Wrong file answers
+(feedback_eval.py); the tables and JSON it prints.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from shared.core.errors import PermanentError
+from shared.core.settings import Settings
+from shared.devtools.crossval import Collector
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    cases: list[Path]
+    corpora: Path | None
+    feedback: bool
+    export: Path | None
+    modes: list[str]
+    json_out: Path | None
+    limit: int | None
+    embedder: str
+    max_seq_length: int | None
+    cache_dir: Path | None
+    cv: str | None
+
+
+def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err: Console) -> int:
+    """The command's work; its exit code (2: bad arguments or a failed run)."""
+    from shared.devtools.crossval import DEPTHS, SYMBOL_CAPS, Collector
+    from shared.devtools.eval import (
+        BASE_MODES,
+        FOLLOWUP_SUFFIX,
+        MODE_SIGNALS,
+        RERANK_SUFFIX,
+        EmbeddingCache,
+        base_mode,
+        load_cases,
+        make_embedder,
+        run_eval,
+    )
+    from shared.retrieve.priors import PathPrior
+
+    if opts.feedback:
+        return _eval_feedback(settings, opts.export, opts.json_out, out=out, err=err)
+    if not opts.cases or opts.corpora is None:
+        err.print("[red]error:[/red] --cases and --corpora are required (or use --feedback)")
+        return 2
+    reranker = _reranker(settings)
+    wanted = [m for arg in (opts.modes or []) for m in arg.split(",") if m.strip()]
+    if not wanted:
+        wanted = list(BASE_MODES)
+        if reranker is not None:
+            wanted += [m + RERANK_SUFFIX for m in BASE_MODES]
+    unknown = [m for m in wanted if base_mode(m) not in MODE_SIGNALS]
+    if unknown:
+        err.print(f"[red]unknown mode(s) {unknown}; choose from {', '.join(BASE_MODES)}")
+        return 2
+    if reranker is None and any(m.endswith(RERANK_SUFFIX) for m in wanted):
+        err.print("[red]+rerank modes need TRACEHOUND_RERANK_BACKEND and TRACEHOUND_RERANK_URL")
+        return 2
+    try:
+        case_list = [c for path in opts.cases for c in load_cases(path)][: opts.limit]
+        counted = collections.Counter(c.id for c in case_list)
+        repeated = sorted(i for i, n in counted.items() if n > 1)
+        if repeated:
+            raise ValueError(f"case ids in more than one place: {', '.join(repeated)}")
+        emb = make_embedder(opts.embedder, max_seq_length=opts.max_seq_length)
+    except (OSError, ValueError, PermanentError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 2
+    if opts.cv not in (None, "repo"):
+        err.print(f"[red]--cv {opts.cv}: only 'repo' (leave one repository out) is known")
+        return 2
+    if opts.cv and "all" not in wanted:
+        wanted.append("all")  # the signals the cross-validation re-fuses come from it
+    collector = Collector(followup=any(m.endswith(FOLLOWUP_SUFFIX) for m in wanted))
+    cache = EmbeddingCache((opts.cache_dir or settings.data_dir / "eval-cache") / "vectors.sqlite")
+    try:
+        report = run_eval(
+            case_list,
+            opts.corpora,
+            embedder=emb,
+            modes=wanted,
+            reranker=reranker,
+            cache=cache,
+            depth=settings.candidate_depth,
+            rrf_k=settings.rrf_k,
+            prior=PathPrior.from_settings(settings),
+            shown=settings.top_k,
+            on_event=lambda msg: err.print(msg, highlight=False),
+            on_case=collector if opts.cv else None,
+            collect_depth=max(*DEPTHS, settings.candidate_depth),
+            collect_caps=SYMBOL_CAPS,
+            followup_rounds=settings.analysis_rounds,
+            followup_budget=settings.analysis_tool_chars,
+        )
+    except PermanentError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 2
+    finally:
+        cache.close()
+    _print_report(report, None if opts.cv else opts.json_out, out=out, err=err)
+    if opts.cv:
+        _print_cv(settings, collector, report.to_json(), opts.json_out, out=out, err=err)
+    return 0
+
+
+def _eval_feedback(
+    settings: Settings, export: Path | None, json_out: Path | None, *, out: Console, err: Console
+) -> int:
+    """``eval --feedback``: the team's labelled answers, searched on the live index."""
+    import redis
+
+    from shared.devtools.feedback_eval import run_feedback_eval
+    from shared.index.corpus import RedisCorpus
+    from shared.index.vectors import ChromaVectorIndex
+    from shared.models.embedder import OllamaEmbedder
+    from shared.notify import feedback
+    from shared.retrieve.keywords import BM25Index
+    from shared.retrieve.priors import PathPrior
+
+    r = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
+    cases = feedback.load(r)
+    if export:
+        export.parent.mkdir(parents=True, exist_ok=True)
+        export.write_text(feedback.as_lines(cases), "utf-8")
+        err.print(f"wrote {len(cases)} cases to {export}", highlight=False)
+    if not cases:
+        err.print("no feedback yet: press Right file / Wrong file on a message first")
+        return 1
+    s = settings
+    keywords = BM25Index(RedisCorpus(r))
+    try:
+        report = run_feedback_eval(
+            cases,
+            vectors=ChromaVectorIndex(
+                url=s.chroma_url, path=s.chroma_path, timeout=s.chroma_timeout
+            ),
+            keywords=keywords.current,
+            embedder=OllamaEmbedder(
+                s.embed_base_url, s.embed_model, timeout=s.embed_timeout, batch_size=1
+            ),
+            query_prefix=s.embed_query_prefix,
+            reranker=_reranker(s),
+            depth=s.candidate_depth,
+            rrf_k=s.rrf_k,
+            prior=PathPrior.from_settings(s),
+            shown=s.top_k,
+        )
+    except PermanentError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 2
+    _print_report(report, json_out, out=out, err=err, rows="service")  # a row per service
+    return 0
+
+
+def _print_report(
+    report: Any, json_out: Path | None, *, out: Console, err: Console, rows: str = "mode"
+) -> None:
+    """An eval report's table, suggested thresholds and skipped cases; the JSON if asked."""
+    from shared.devtools.eval import calibration_lines, render_table
+
+    table = render_table(report)
+    table.columns[0].header = rows
+    out.print(table)
+    for line in calibration_lines(report):
+        out.print(line, highlight=False)
+    for skipped in report.skipped:
+        err.print(f"skipped {skipped['id']}: {skipped['reason']}", highlight=False)
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report.to_json(), indent=1), "utf-8")
+        err.print(f"wrote {json_out}", highlight=False)
+
+
+def _reranker(settings: Settings) -> Any:
+    from shared.models.reranker import HttpReranker
+
+    return HttpReranker.from_settings(settings)
+
+
+def _print_cv(
+    settings: Settings,
+    collector: Collector,
+    summary: dict[str, Any],
+    json_out: Path | None,
+    *,
+    out: Console,
+    err: Console,
+) -> None:
+    """The leave-one-repo-out tables (fusion, each repository, the follow-up mode); the JSON
+    with every case's held-out scores if asked."""
+    from shared.devtools.crossval import cv_json, followup_cv, leave_one_repo_out, render_repos
+    from shared.devtools.crossval import render as render_cv
+    from shared.retrieve.hybrid import Fusion
+
+    base = Fusion(rrf_k=settings.rrf_k)
+    crossed = leave_one_repo_out(
+        collector.cases, base, settings.demote_paths, settings.demote_weight,
+        settings.candidate_depth,
+    )  # fmt: skip
+    out.print(render_cv(crossed))
+    out.print(f"chosen on every case: {crossed.in_sample.label()}", highlight=False)
+    out.print(render_repos(crossed))
+    for repo, chosen in crossed.chosen.items():
+        n = crossed.repos[repo]
+        cases = f"{n} case{'s' if n != 1 else ''}"
+        out.print(f"held out {repo} ({cases}): {chosen.label()}", highlight=False)
+    if collector.followup:
+        followed = followup_cv(collector.cases, crossed, settings.demote_paths)
+        out.print(render_cv(crossed, followed.rows, "all+followup"))
+        weights = ", ".join(f"{r} {w:g}" for r, w in followed.chosen.items())
+        out.print(f"lookup weight chosen with each repository held out: {weights}")
+    if json_out:
+        summary = summary | {"cv": cv_json(crossed, collector.cases)}
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(summary, indent=1), "utf-8")
+        err.print(f"wrote {json_out}", highlight=False)
