@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.intake.levels import is_jul_level_line
+from shared.intake.traces import go, jvm, node, php, python, rust
 
 MARKER = "… [{n} lines truncated by tracehound]"
 _LINE_CUT = " … [{n} bytes truncated by tracehound]"
@@ -46,34 +47,6 @@ RUST_MSG = "rust-message"  # the line after a Rust panic header is its message, 
 PHP = "php"  # "PHP Fatal error:  Uncaught …", "Stack trace:", "#0 …", "Next …", "  thrown in"
 _HOLDS_BLANK = frozenset({PY_TB, PY_EXC, PY_CHAIN, FRAMES, GO, NODE_CARET, PHP})
 
-_PY_TB = re.compile(r"^\s*(?:\+\s*)?(?:Exception Group )?Traceback \(most recent call last\):\s*$")
-_PY_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::.*)?$")  # "ValueError: x", "KeyboardInterrupt"
-_PY_CHAIN = frozenset(
-    {
-        "During handling of the above exception, another exception occurred:",
-        "The above exception was the direct cause of the following exception:",
-    }
-)
-# "java.lang.IllegalStateException: x", "TypeError: x", "Error: x", "kotlinx.…CancellationException"
-_EXC_START = re.compile(
-    r"^(?:[A-Za-z_$][\w$]*\.)*(?:[A-Z][\w$]*)?(?:Error|Exception|Throwable)(?::.*)?$"
-)
-_JVM_UNCAUGHT = re.compile(r'^Exception in thread "[^"]*" ')
-_JVM_CAUSE = re.compile(r"^(?:Caused by|Wrapped by): ")
-_AT_FRAME = re.compile(r"^\s+at \S")
-_NODE_SRC = re.compile(r"^(?:(?:file://)?(?:/|[A-Za-z]:\\)\S*\.[cm]?[jt]sx?|node:\S+):\d+$")
-_NODE_CARET = re.compile(r"^\s*\^+\s*$")
-_NODE_FOOTER = re.compile(r"^Node\.js v\d")
-_GO_START = re.compile(r"^(?:panic: |fatal error: )")
-_GO_LINE = re.compile(
-    r"^(?:goroutine \d+ .*\]:$|created by |exit status \d+$|\[signal |panic: |fatal error: "
-    r"|\.\.\.additional frames elided\.\.\.|\S+\(.*\)$)"
-)
-_GO_AFTER_BLANK = re.compile(r"^(?:goroutine \d+ |exit status \d+$|\[signal |created by )")
-_RUST_START = re.compile(r"^thread '[^']*'(?: \(\d+\))? panicked at ")
-_RUST_LINE = re.compile(r"^(?:note: |stack backtrace:$)")
-_PHP_START = re.compile(r"^(?:\[[^\]]*\] )?PHP Fatal error: ")
-_PHP_LINE = re.compile(r"^(?:Stack trace:$|#\d+ |Next \S)")
 _LOGURU_FRAME = re.compile(r"^> File \"")  # loguru marks the frame that caught the exception
 # java.util.logging's SimpleFormatter: "Nov 30, 2026 7:42:54 PM com.shop.Orders run", then the
 # level line "SEVERE: …" and the throwable.
@@ -180,17 +153,17 @@ def _json_object(line: str) -> dict[str, Any] | None:
 
 
 def _start_state(line: str) -> str:
-    if _PY_TB.match(line):
+    if python.TRACEBACK_LINE.match(line):
         return PY_TB
-    if _GO_START.match(line):
+    if go.START.match(line):
         return GO
-    if _RUST_START.match(line):
+    if rust.START.match(line):
         return RUST_MSG
-    if _PHP_START.match(line):
+    if php.START.match(line):
         return PHP
-    if _NODE_SRC.match(line):
+    if node.SOURCE_HEADER.match(line):
         return NODE_SRC
-    if _JVM_UNCAUGHT.match(line) or _EXC_START.match(line):
+    if jvm.UNCAUGHT.match(line) or jvm.EXCEPTION_START.match(line):
         return FRAMES
     return PLAIN
 
@@ -201,13 +174,13 @@ def _after_blank(state: str, line: str) -> str | None:
     if state == PY_TB:
         if indented or _LOGURU_FRAME.match(line):
             return PY_TB  # loguru (backtrace=True) puts a blank line between frames …
-        return PY_EXC if _PY_EXC_LINE.match(line) else None  # … and before the exception
+        return PY_EXC if python.EXCEPTION_LINE.match(line) else None  # … and before the exception
     continues = {
         PHP: line.startswith("Next "),
-        PY_EXC: line.strip() in _PY_CHAIN,
-        PY_CHAIN: _PY_TB.match(line) is not None,
-        GO: _GO_AFTER_BLANK.match(line) is not None,
-        FRAMES: _NODE_FOOTER.match(line) is not None,
+        PY_EXC: line.strip() in python.CHAIN_SENTENCES,
+        PY_CHAIN: python.TRACEBACK_LINE.match(line) is not None,
+        GO: go.AFTER_BLANK.match(line) is not None,
+        FRAMES: node.FOOTER.match(line) is not None,
         NODE_CARET: True,  # the error line after Node's caret and blank line
     }
     if not continues.get(state, False):
@@ -217,10 +190,10 @@ def _after_blank(state: str, line: str) -> str | None:
 
 def _after_plain(line: str, first: str | None) -> str | None:
     if line[:1] in (" ", "\t"):
-        return FRAMES if _AT_FRAME.match(line) else PLAIN
-    if _PY_TB.match(line):
+        return FRAMES if jvm.AT_FRAME.match(line) else PLAIN
+    if python.TRACEBACK_LINE.match(line):
         return PY_TB  # logger.exception(): the header line, then the traceback
-    if _EXC_START.match(line) and not _JVM_UNCAUGHT.match(line):
+    if jvm.EXCEPTION_START.match(line) and not jvm.UNCAUGHT.match(line):
         return FRAMES  # logback/log4j: the header line, then "java.lang.X: msg"
     if first is not None and _JUL_HEADER.match(first) and is_jul_level_line(line):
         return PLAIN  # java.util.logging's level line under its header line
@@ -243,21 +216,21 @@ _NEXT: dict[str, Callable[[str, bool], str | None]] = {
         PY_TB  # frames, code, ^^^^ markers, exception-group "| " and "+-" lines
         if indented or _LOGURU_FRAME.match(line)
         else PY_EXC
-        if _PY_EXC_LINE.match(line)
+        if python.EXCEPTION_LINE.match(line)
         else None
     ),
     PY_EXC: lambda line, indented: PY_EXC if indented else None,
-    PY_CHAIN: lambda line, indented: PY_TB if _PY_TB.match(line) else None,
+    PY_CHAIN: lambda line, indented: PY_TB if python.TRACEBACK_LINE.match(line) else None,
     # "at …", "... 3 more", "Suppressed:", Node's "[cause]:" and its closing "}"
     FRAMES: lambda line, indented: (
-        FRAMES if indented or _JVM_CAUSE.match(line) or line.strip() == "}" else None
+        FRAMES if indented or jvm.CAUSE_LINE.match(line) or line.strip() == "}" else None
     ),
-    GO: _same_if(GO, _GO_LINE),
+    GO: _same_if(GO, go.LINE),
     RUST_MSG: lambda line, indented: RUST,  # the panic message, whatever it holds
-    RUST: _same_if(RUST, _RUST_LINE),
-    PHP: _same_if(PHP, _PHP_LINE),
+    RUST: _same_if(RUST, rust.LINE),
+    PHP: _same_if(PHP, php.LINE),
     NODE_SRC: lambda line, indented: NODE_CODE,  # the source line, whatever it holds
-    NODE_CODE: lambda line, indented: NODE_CARET if _NODE_CARET.match(line) else None,
+    NODE_CODE: lambda line, indented: NODE_CARET if node.CARET.match(line) else None,
     NODE_CARET: lambda line, indented: FRAMES,
 }
 

@@ -16,13 +16,10 @@ import re
 
 from shared.core.domain import Printed, chain_of, reported_of, root_cause_of
 from shared.core.memo import TextMemo
+from shared.intake.traces import dotnet, php, python, rust
 
 _MAX_LINE = 300  # patterns read a line up to here (a megabyte line must not cost seconds)
 
-_PY_TRACEBACK = re.compile(r"^(?:[ ]*[+|][ -]?)?[ ]*(?:Exception Group )?Traceback \(most recent")
-_PY_GROUP_PREFIX = re.compile(r"^[ ]*[+|][ ]?")
-_PY_EXC = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
-_PY_GROUP_LINE = re.compile(r"^[\s|]*(?P<type>[\w.]*ExceptionGroup): (?P<msg>.*)$")
 _LOGURU_FRAME = "> File "  # loguru marks the frame that caught the exception
 # Java/Kotlin/Node/.NET: "java.lang.X: msg", "Caused by: X", "Exception in thread "t" X",
 # "  [cause]: Error: x", "TypeError: x", "Uncaught Error: x", "Unhandled exception. System.X: y",
@@ -35,20 +32,6 @@ _OTHER_EXC = re.compile(
     r"(?:Error|Exception|Throwable|Fault|Failure|Exit|Interrupt|Warning))(?::\s?(?P<msg>.*))?$"
     r"|^(?P<go>panic|fatal error): (?P<gomsg>.*)$"
 )
-# Rust: "thread 'main' panicked at src/main.rs:4:5:" + the message on the next line (1.73+),
-# or "thread 'main' panicked at 'msg', src/main.rs:4:5" (older); 1.80+ may add " (tid)".
-_RUST_PANIC = re.compile(
-    r"^thread '[^']*'(?: \(\d+\))? panicked at (?:'(?P<old>.*)', \S+|\S+:\d+:\d+:?)$"
-)
-# PHP: "PHP Fatal error:  Uncaught App\Payment\DeclinedException: msg in /app/x.php:12", then
-# for each exception that wrapped it "Next App\Orders\StorageException: msg in /app/y.php:19".
-_PHP_NEXT = re.compile(r"^Next (?P<type>[\w\\]+)(?:: (?P<msg>.*?))? in \S+:\d+$")
-_PHP_FATAL = re.compile(
-    r"^(?:\[[^\]]*\] )?PHP Fatal error:\s+(?:Uncaught (?P<type>[\w\\]+)(?:: (?P<msg>.*?))?"
-    r"|(?P<fatal>.*?))(?: in \S+(?::\d+| on line \d+))?$"
-)
-# .NET prints the inner exception on the same line: "System.A: outer ---> System.B: inner".
-_DOTNET_INNER = re.compile(r" ---> (?=(?:[A-Za-z_][\w]*\.)+[A-Z]\w*(?:Exception|Error)\b)")
 
 
 def _lines(text: str) -> list[str]:
@@ -56,7 +39,7 @@ def _lines(text: str) -> list[str]:
     for raw in text.splitlines():
         line = raw.rstrip()
         if " ---> " in line[:_MAX_LINE]:  # .NET: outer and inner exception on one line
-            out.extend(_DOTNET_INNER.split(line))
+            out.extend(dotnet.INNER.split(line))
         elif line:
             out.append(line)
     return out
@@ -88,16 +71,16 @@ def _printed(text: str) -> tuple[Printed, ...]:
     lines = _lines(text)
     for i, full in enumerate(lines):
         line = full[:_MAX_LINE]
-        if _PY_TRACEBACK.match(line):
+        if python.TRACEBACK_START.match(line):
             in_traceback = True
             continue
         if in_traceback:
-            body = _PY_GROUP_PREFIX.sub("", line, count=1) if line.lstrip()[:1] in "+|" else line
+            body = python.GROUP_PREFIX.sub("", line, count=1) if line.lstrip()[:1] in "+|" else line
             if body[:1].isspace() or body.startswith(_LOGURU_FRAME):
                 continue  # frames, source lines, carets, "[Previous line repeated …]"
             in_traceback = False
-            if m := _PY_EXC.match(body):
-                group = _PY_GROUP_LINE.match(line) is not None
+            if m := python.EXCEPTION.match(body):
+                group = python.GROUP_LINE.match(line) is not None
                 body_full = full[len(line) - len(body) :]
                 found.append(Printed(m["type"], _message(m, "msg", body_full), True, group))
                 continue
@@ -106,15 +89,15 @@ def _printed(text: str) -> tuple[Printed, ...]:
                 found.append(Printed(m["type"], _message(m, "msg", full), False))
             else:
                 found.append(Printed(m["go"], _message(m, "gomsg", full), False))
-        elif m := _RUST_PANIC.match(line):
+        elif m := rust.PANIC.match(line):
             message = _message(m, "old", full) if m["old"] is not None else _next(lines, i)
             found.append(Printed("panic", message.strip(), False))
-        elif "PHP Fatal error:" in line and (m := _PHP_FATAL.match(full)):
+        elif "PHP Fatal error:" in line and (m := php.FATAL.match(full)):
             if m["type"]:
                 found.append(Printed(m["type"], (m["msg"] or "").strip(), True))
             elif m["fatal"] is not None:
                 found.append(Printed("Fatal error", m["fatal"].strip(), True))
-        elif line.startswith("Next ") and (m := _PHP_NEXT.match(full)):
+        elif line.startswith("Next ") and (m := php.NEXT.match(full)):
             found.append(Printed(m["type"], (m["msg"] or "").strip(), True))
     return tuple(found)
 

@@ -1,9 +1,12 @@
-"""Stack frames parsed out of error text: one module per language's trace grammar.
+"""Each language's trace grammar, one module each: the line patterns the tailer's grouping
+(producers/multiline.py) and the exception scanner (shared/intake/exceptions.py) read, and for
+the languages whose frames are parsed (python, jvm, node, go; not yet rust, php, dotnet) the
+frame line reader.
 
-Each module names its ``language``, whether it prints the innermost frame last
+A frame module names its ``language``, whether it prints the innermost frame last
 (``innermost_last``: Python) or first (the JVM, Node, Go), and reads one frame line:
 ``frame(lines, i) -> Frame | None``. Adding a language is one module here, listed in
-``GRAMMARS``, and its tests. Only intake parses (shared/intake/trace.py): later stages read the
+``GRAMMARS`` when it has frames, and its tests. Only intake parses (shared/intake/trace.py): later stages read the
 event's ``Trace``, and import-linter keeps them out of this package.
 """
 

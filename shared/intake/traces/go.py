@@ -14,6 +14,15 @@ from shared.core.domain import Frame
 language = "go"
 innermost_last = False
 
+# The line patterns the tailer's grouping (producers/multiline.py) and the exception
+# scanner (shared/intake/exceptions.py) read.
+START = re.compile(r"^(?:panic: |fatal error: )")
+LINE = re.compile(
+    r"^(?:goroutine \d+ .*\]:$|created by |exit status \d+$|\[signal |panic: |fatal error: "
+    r"|\.\.\.additional frames elided\.\.\.|\S+\(.*\)$)"
+)
+AFTER_BLANK = re.compile(r"^(?:goroutine \d+ |exit status \d+$|\[signal |created by )")
+
 _GO_FILE = re.compile(r"^\t(?P<file>\S+\.go):(?P<line>\d+)(?: \+0x[0-9a-f]+)?\s*$")
 _GO_FUNC = re.compile(r"^(?:created by )?(?P<func>[\w./*()$\-\[\]{},]+?)(?: in goroutine \d+)?$")
 _GO_ARGS = re.compile(r"\((?:[^()]|\.\.\.)*\)$")

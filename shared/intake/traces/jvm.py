@@ -14,6 +14,16 @@ from shared.core.domain import Frame
 language = "java"
 innermost_last = False
 
+# The line patterns the tailer's grouping (producers/multiline.py) and the exception
+# scanner (shared/intake/exceptions.py) read.
+# "java.lang.IllegalStateException: x", "TypeError: x", "Error: x", "kotlinx.…CancellationException"
+EXCEPTION_START = re.compile(
+    r"^(?:[A-Za-z_$][\w$]*\.)*(?:[A-Z][\w$]*)?(?:Error|Exception|Throwable)(?::.*)?$"
+)
+UNCAUGHT = re.compile(r'^Exception in thread "[^"]*" ')
+CAUSE_LINE = re.compile(r"^(?:Caused by|Wrapped by): ")
+AT_FRAME = re.compile(r"^\s+at \S")
+
 # at com.shop.OrderService.place(OrderService.java:42)  (optionally "app//" or "java.base/")
 _JAVA = re.compile(
     r"^\s*at (?:[\w.$-]+/+)?(?P<qual>[\w$.<>]+)\((?P<file>[\w$.-]+\.(?:java|kt|kts|scala|groovy))"

@@ -10,6 +10,12 @@ from shared.core.domain import Frame
 language = "javascript"
 innermost_last = False
 
+# The line patterns the tailer's grouping (producers/multiline.py) and the exception
+# scanner (shared/intake/exceptions.py) read.
+SOURCE_HEADER = re.compile(r"^(?:(?:file://)?(?:/|[A-Za-z]:\\)\S*\.[cm]?[jt]sx?|node:\S+):\d+$")
+CARET = re.compile(r"^\s*\^+\s*$")
+FOOTER = re.compile(r"^Node\.js v\d")
+
 # at handler (/app/src/x.js:10:5)   /   at /app/src/x.js:10:5   /   at async fn (file:///x.mjs:1:2)
 _NODE = re.compile(
     r"^\s*at (?:(?P<func>.+?) \()?(?P<file>[^()\s]+?\.(?:js|mjs|cjs|jsx|ts|tsx|mts|cts))"

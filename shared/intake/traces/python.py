@@ -13,6 +13,23 @@ from shared.core.domain import Frame
 language = "python"
 innermost_last = True
 
+# The line patterns the tailer's grouping (producers/multiline.py) and the exception
+# scanner (shared/intake/exceptions.py) read.
+TRACEBACK_LINE = re.compile(
+    r"^\s*(?:\+\s*)?(?:Exception Group )?Traceback \(most recent call last\):\s*$"
+)
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?::.*)?$")  # "ValueError: x", "KeyboardInterrupt"
+CHAIN_SENTENCES = frozenset(
+    {
+        "During handling of the above exception, another exception occurred:",
+        "The above exception was the direct cause of the following exception:",
+    }
+)
+TRACEBACK_START = re.compile(r"^(?:[ ]*[+|][ -]?)?[ ]*(?:Exception Group )?Traceback \(most recent")
+GROUP_PREFIX = re.compile(r"^[ ]*[+|][ ]?")
+EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
+GROUP_LINE = re.compile(r"^[\s|]*(?P<type>[\w.]*ExceptionGroup): (?P<msg>.*)$")
+
 _PY_PATH = r"[^\s\"'<>()\[\]]*?\.pyx?"
 # File "/app/x.py", line 12, in handler   (also after "INTERNALERROR>" or a log prefix)
 _PY_FILE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>[^\s(]+))?')
