@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,7 @@ import pytest
 import redis
 
 from shared.core.domain import ErrorEvent
+from shared.devtools.llama_server import cache_root
 from shared.intake.trace import sdk_frames
 from shared.intake.traces import parse_frames
 from shared.stack.localstack import start_ingest, start_redis
@@ -266,6 +269,43 @@ function checkout(order) {
 """
 
 
+# Pinned, so the install can be kept: a new release is a deliberate change of this line.
+SENTRY_NODE = "@sentry/node@11.12.0"
+
+
+def node_modules(npm: str, node: str) -> Path:
+    """``node_modules`` holding SENTRY_NODE, installed once per package and Node version and
+    kept under $TRACEHOUND_CACHE (default ~/.cache/tracehound): a clean checkout pays npm's
+    download once, not on every run."""
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+    key = hashlib.sha256(f"{SENTRY_NODE}|{version}".encode()).hexdigest()[:12]
+    kept = cache_root() / "npm" / f"sentry-node-{key}"
+    if (kept / "node_modules" / "@sentry" / "node").is_dir():
+        return kept / "node_modules"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".install-", dir=kept.parent))
+    (staging / "package.json").write_text('{"name": "shop-web", "private": true}')
+    try:
+        done = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", SENTRY_NODE],
+            cwd=staging,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    except subprocess.TimeoutExpired:
+        shutil.rmtree(staging, ignore_errors=True)
+        pytest.skip(f"npm install {SENTRY_NODE} took more than 5 minutes")
+    if done.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        pytest.skip(f"npm install {SENTRY_NODE} failed: {done.stderr.strip()[-500:]}")
+    try:
+        staging.rename(kept)  # whole or not at all: a process that lost the race uses the winner's
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+    return kept / "node_modules"
+
+
 @pytest.fixture(scope="module")
 def node_app(tmp_path_factory: pytest.TempPathFactory) -> Path:
     node, npm = shutil.which("node"), shutil.which("npm")
@@ -273,18 +313,7 @@ def node_app(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("node and npm are needed to run @sentry/node (not on PATH)")
     app = tmp_path_factory.mktemp("nodeapp")
     (app / "package.json").write_text('{"name": "shop-web", "private": true}')
-    try:
-        done = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", "@sentry/node"],
-            cwd=app,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.skip("npm install @sentry/node took more than 5 minutes")
-    if done.returncode != 0:
-        pytest.skip(f"npm install @sentry/node failed: {done.stderr.strip()[-500:]}")
+    (app / "node_modules").symlink_to(node_modules(npm, node), target_is_directory=True)
     (app / "app.js").write_text(NODE_APP)
     return app
 

@@ -6,8 +6,8 @@ frame line reader.
 A frame module names its ``language``, whether it prints the innermost frame last
 (``innermost_last``: Python) or first (the JVM, Node, Go), and reads one frame line:
 ``frame(lines, i) -> Frame | None``. Adding a language is one module here, listed in
-``GRAMMARS`` when it has frames, and its tests. Only intake parses (shared/intake/trace.py): later stages read the
-event's ``Trace``, and import-linter keeps them out of this package.
+``GRAMMARS`` when it has frames, and its tests. Only intake parses (shared/intake/trace.py):
+later stages read the event's ``Trace``, and import-linter keeps them out of this package.
 """
 
 from __future__ import annotations
