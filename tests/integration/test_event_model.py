@@ -28,6 +28,7 @@ from producers.tailer import Tailer
 from shared.core.domain import ErrorEvent
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
+from shared.devtools.llama_server import cache_root
 from shared.groups import deferred
 from shared.groups.submit import intake_for
 from shared.intake.redact import Redactor
@@ -44,7 +45,9 @@ COMPARED = ("service", "repo", "exception_type", "message", "stacktrace", "level
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
-    cache = Path(os.environ.get("TRACEHOUND_RECORDS_CACHE") or ROOT / ".tracehound/records")
+    # Kept beside the other builds (by digest of sources and toolchain), not in the checkout:
+    # a clean checkout compiles the Java, Rust and Go record writers only when they changed.
+    cache = Path(os.environ.get("TRACEHOUND_RECORDS_CACHE") or cache_root() / "records")
     generated = generate(tmp_path_factory.mktemp("records"), cache=cache)
     if generated.skipped and os.environ.get("TRACEHOUND_REQUIRE_ALL_RECORDS"):
         pytest.fail(f"record sources that could not run: {generated.skipped}")
