@@ -316,9 +316,15 @@ def restart_with_rotation(rig: Rig, errors: int) -> int:
 def redis_outage(rig: Rig, errors: int, *, down_s: float) -> int:
     """Redis stops while the writer logs and comes back ``down_s`` later (append-only, so the
     counts already made survive)."""
-    rig.start_tail(str(rig.logs / "app.log"))
+    log = rig.logs / "app.log"
+    rig.start_tail(str(log))
     writer = rig.write("plain", 0, errors, pace=0.01)
-    time.sleep(min(2.0, errors * 0.01 / 3))
+    # Redis stops once the writer is a third of the way in, counted from its first lines and
+    # not from its start: on a loaded machine a process takes seconds to start, and an outage
+    # that ended before the writing began would test nothing.
+    third = errors // 3
+    wait_until(lambda: log.exists() and log.read_bytes().count(b"marker-") >= third, 120,
+               "the writer's first third")  # fmt: skip
     rig.restart_redis(down_s)
     _wait_writer(writer)
     return errors
