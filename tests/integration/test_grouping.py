@@ -175,8 +175,13 @@ def test_six_groups_at_once_are_paced_on_the_channel_and_none_is_dropped(
         60,
         "six trace replies",
     )
-    all_posts = sorted(m["t"] for m in slack_sim.messages if m["t"] >= times[0])
-    assert all(b - a >= 0.9 for a, b in itertools.pairwise(all_posts))
+    # These six messages and their replies: the Slack simulator is shared with other files'
+    # stacks (other Redis servers, other pacing), whose late posts are not this one's to pace.
+    # The slot is 1 s apart in Redis; on a loaded machine a post may reach Slack a few hundred
+    # ms after taking it, while without pacing the posts arrive milliseconds apart.
+    ours = [m["t"] for m in slack_sim.messages if m["ts"] in tops or m.get("thread_ts") in tops]
+    assert len(ours) >= 12
+    assert all(b - a >= 0.5 for a, b in itertools.pairwise(sorted(ours)))
 
 
 def test_group_counting_is_atomic_under_concurrency_and_windows_roll(
