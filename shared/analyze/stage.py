@@ -183,12 +183,9 @@ def analyze_investigation(
             rounds=rounds,
             budget=budget,
         )
-    except TransientError as exc:
-        if may_retry:
+    except (TransientError, PermanentError) as exc:
+        if isinstance(exc, TransientError) and may_retry:
             raise
-        analysis = degraded(f"LLM failed: {exc}", model=chat.model)
-        inv = inv.model_copy(update={"fallbacks": [*inv.fallbacks, Fallback.LLM_HOST]})
-    except PermanentError as exc:
         analysis = degraded(f"LLM failed: {exc}", model=chat.model)
         inv = inv.model_copy(update={"fallbacks": [*inv.fallbacks, Fallback.LLM_HOST]})
     cache.put(identity, analysis)

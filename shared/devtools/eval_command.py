@@ -1,4 +1,5 @@
-"""``tracehound eval``: what runs behind the command (producers/cli.py declares its options).
+"""``tracehound eval``: what runs behind the command (producers/cli.py declares its options
+and imports this module only when the command runs).
 
 Retrieval measured on bug-localization cases (shared/devtools/eval.py), cross-validated by
 repository (crossval.py), or on the team's own Right file / Wrong file answers
@@ -13,11 +14,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import redis
 from rich.console import Console
 
 from shared.core.errors import PermanentError
 from shared.core.settings import Settings
-from shared.devtools.crossval import Collector
+from shared.devtools.crossval import (
+    DEPTHS,
+    SYMBOL_CAPS,
+    Collector,
+    cv_json,
+    followup_cv,
+    leave_one_repo_out,
+    render_repos,
+)
+from shared.devtools.crossval import render as render_cv
+from shared.devtools.eval import (
+    BASE_MODES,
+    FOLLOWUP_SUFFIX,
+    MODE_SIGNALS,
+    RERANK_SUFFIX,
+    EmbeddingCache,
+    base_mode,
+    calibration_lines,
+    load_cases,
+    make_embedder,
+    render_table,
+    run_eval,
+)
+from shared.devtools.feedback_eval import run_feedback_eval
+from shared.index.corpus import RedisCorpus
+from shared.index.vectors import ChromaVectorIndex
+from shared.models.embedder import OllamaEmbedder
+from shared.models.reranker import HttpReranker
+from shared.notify import feedback
+from shared.retrieve.hybrid import Fusion
+from shared.retrieve.keywords import BM25Index
+from shared.retrieve.priors import PathPrior
 
 
 @dataclass(frozen=True)
@@ -37,20 +70,6 @@ class EvalOptions:
 
 def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err: Console) -> int:
     """The command's work; its exit code (2: bad arguments or a failed run)."""
-    from shared.devtools.crossval import DEPTHS, SYMBOL_CAPS, Collector
-    from shared.devtools.eval import (
-        BASE_MODES,
-        FOLLOWUP_SUFFIX,
-        MODE_SIGNALS,
-        RERANK_SUFFIX,
-        EmbeddingCache,
-        base_mode,
-        load_cases,
-        make_embedder,
-        run_eval,
-    )
-    from shared.retrieve.priors import PathPrior
-
     if opts.feedback:
         return _eval_feedback(settings, opts.export, opts.json_out, out=out, err=err)
     if not opts.cases or opts.corpora is None:
@@ -120,16 +139,6 @@ def _eval_feedback(
     settings: Settings, export: Path | None, json_out: Path | None, *, out: Console, err: Console
 ) -> int:
     """``eval --feedback``: the team's labelled answers, searched on the live index."""
-    import redis
-
-    from shared.devtools.feedback_eval import run_feedback_eval
-    from shared.index.corpus import RedisCorpus
-    from shared.index.vectors import ChromaVectorIndex
-    from shared.models.embedder import OllamaEmbedder
-    from shared.notify import feedback
-    from shared.retrieve.keywords import BM25Index
-    from shared.retrieve.priors import PathPrior
-
     r = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
     cases = feedback.load(r)
     if export:
@@ -169,8 +178,6 @@ def _print_report(
     report: Any, json_out: Path | None, *, out: Console, err: Console, rows: str = "mode"
 ) -> None:
     """An eval report's table, suggested thresholds and skipped cases; the JSON if asked."""
-    from shared.devtools.eval import calibration_lines, render_table
-
     table = render_table(report)
     table.columns[0].header = rows
     out.print(table)
@@ -185,8 +192,6 @@ def _print_report(
 
 
 def _reranker(settings: Settings) -> Any:
-    from shared.models.reranker import HttpReranker
-
     return HttpReranker.from_settings(settings)
 
 
@@ -201,10 +206,6 @@ def _print_cv(
 ) -> None:
     """The leave-one-repo-out tables (fusion, each repository, the follow-up mode); the JSON
     with every case's held-out scores if asked."""
-    from shared.devtools.crossval import cv_json, followup_cv, leave_one_repo_out, render_repos
-    from shared.devtools.crossval import render as render_cv
-    from shared.retrieve.hybrid import Fusion
-
     base = Fusion(rrf_k=settings.rrf_k)
     crossed = leave_one_repo_out(
         collector.cases, base, settings.demote_paths, settings.demote_weight,

@@ -6,15 +6,15 @@ exception that was thrown out last ("The above exception was the direct cause…
 handling…", PHP's ``Next``); Java, Kotlin, Node, .NET, Go and Rust print the outermost first and
 the causes after it (``Caused by:``, ``[cause]:``, `` ---> ``). ``printed`` returns the exception
 lines in the order they appear; ``reported`` picks the one an event names, the outermost (as
-Sentry titles an issue); ``chain`` orders the types outermost first, root cause last, for
-grouping.
+Sentry titles an issue). The event's ``Trace`` (shared/core/domain.py) carries the lines on:
+its ``chain`` orders the types outermost first, root cause last, for grouping.
 """
 
 from __future__ import annotations
 
 import re
 
-from shared.core.domain import Printed, chain_of, reported_of, root_cause_of
+from shared.core.domain import Printed, reported_of
 from shared.core.memo import TextMemo
 from shared.intake.traces import dotnet, php, python, rust
 
@@ -106,19 +106,9 @@ def _next(lines: list[str], i: int) -> str:
     return lines[i + 1] if i + 1 < len(lines) else ""
 
 
-def chain(text: str) -> tuple[str, ...]:
-    """Exception types outermost first, root cause last (what grouping hashes)."""
-    return chain_of(printed(text))
-
-
 def reported(text: str) -> Printed | None:
     """The exception an event names (``reported_of``): the outermost one."""
     return reported_of(printed(text))
-
-
-def root_cause(text: str) -> Printed | None:
-    """The innermost exception of ``text`` (``root_cause_of``): the cause the others wrapped."""
-    return root_cause_of(printed(text))
 
 
 # A line that only a stack trace prints: the record is a trace whatever its level says.

@@ -38,16 +38,19 @@ def trace_text(event: ErrorEvent) -> str:
 
 def with_trace(event: ErrorEvent) -> ErrorEvent:
     """``event`` carrying its trace, read now (whatever it carried before)."""
-    trace = read_trace(trace_text(event)) if trace_text(event) else Trace()
-    frames = sdk_frames(event)
-    if frames:
-        trace = trace.model_copy(update={"sdk_frames": frames})
-    return event.model_copy(update={"trace": trace})
+    return event.model_copy(update={"trace": _read_event(event)})
 
 
 def trace_of(event: ErrorEvent) -> Trace:
     """The trace intake read, or (for an event that has not been through intake) read now."""
-    return event.trace if event.trace is not None else with_trace(event).trace or Trace()
+    return event.trace if event.trace is not None else _read_event(event)
+
+
+def _read_event(event: ErrorEvent) -> Trace:
+    text = trace_text(event)
+    trace = read_trace(text) if text else Trace()
+    frames = sdk_frames(event)
+    return trace.model_copy(update={"sdk_frames": frames}) if frames else trace
 
 
 _SDK_LANGUAGES = {"python": "python", "java": "java", "kotlin": "java", "scala": "java"}

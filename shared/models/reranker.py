@@ -183,19 +183,16 @@ class HttpReranker:
     def scores(self, query: str, documents: Sequence[str]) -> list[float]:
         if not documents:
             return []
-        for _ in range(LEARN_ATTEMPTS - 1):
+        for attempt in range(1, LEARN_ATTEMPTS + 1):
             try:
                 return self._scores(query, documents)
             except _TooLarge as refused:
                 # The server's limit is below the configured one, or its tokenizer counts
                 # more than the estimate: learn both from its answer and try again, as long
                 # as the answer taught something.
-                if not self._learn(refused):
+                if attempt == LEARN_ATTEMPTS or not self._learn(refused):
                     raise RerankRefused(str(refused)) from refused
-        try:
-            return self._scores(query, documents)
-        except _TooLarge as refused:
-            raise RerankRefused(str(refused)) from refused
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _scores(self, query: str, documents: Sequence[str]) -> list[float]:
         query, docs = self.fitted(query, documents)

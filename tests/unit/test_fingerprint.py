@@ -13,7 +13,6 @@ import pytest
 
 from shared.core.domain import ErrorEvent
 from shared.intake.events import parse_event
-from shared.intake.exceptions import chain
 from shared.intake.fingerprint import (
     FINGERPRINT_VERSION,
     CustomRule,
@@ -176,18 +175,18 @@ def test_python_chained_causes_contribute_their_types_outermost_first() -> None:
     text = (DATA / "traces" / "python.log").read_text()
     start = text.index("Traceback", text.index("could not start billing run"))
     chained = text[start : text.index("2026-11-30", start)]
-    assert chain(chained) == ("RuntimeError", "FileNotFoundError")
+    assert read_trace(chained).chain() == ("RuntimeError", "FileNotFoundError")
     alone = chained[chained.index("The above") :].split("\n", 2)[2]
     assert fp(chained) != fp(alone)
     during = text[text.index("Traceback", text.index("charge failed")) :]
     during = during[: during.index("2026-11-30")]
-    assert chain(during) == ("PaymentDeclined", "KeyError")
+    assert read_trace(during).chain() == ("PaymentDeclined", "KeyError")
 
 
 def test_java_caused_by_contributes_its_types() -> None:
     text = (DATA / "traces" / "java.log").read_text()
     trace = text[text.index("java.lang.RuntimeException") : text.index("2026-11-30 10:41:03.411")]
-    assert chain(trace) == (
+    assert read_trace(trace).chain() == (
         "java.lang.RuntimeException",
         "java.lang.IllegalStateException",
         "java.io.IOException",
@@ -202,7 +201,7 @@ def test_java_caused_by_contributes_its_types() -> None:
 def test_node_cause_and_go_panic_keep_in_app_frames_only() -> None:
     node = (DATA / "traces" / "node.log").read_text()
     node = node[node.index("Error: price") : node.index("2026-11-30T10:43:04")]
-    assert chain(node) == ("Error", "Error")
+    assert read_trace(node).chain() == ("Error", "Error")
     assert all(f.startswith("src/server:") for f in frame_signature(read_trace(node).frames))
     go = (DATA / "traces" / "go.log").read_text()
     go = go[go.index("panic: runtime error: index") : go.index("exit status 2")]

@@ -9,7 +9,6 @@ import pytest
 
 from shared.core.domain import ErrorEvent
 from shared.intake.events import Ignored
-from shared.intake.exceptions import chain as exception_chain
 from shared.intake.exceptions import reported
 from shared.intake.sentry import (
     EnvelopeError,
@@ -20,6 +19,7 @@ from shared.intake.sentry import (
     project_target,
     render_trace,
 )
+from shared.intake.trace import read_trace
 from shared.intake.traces import parse_frames
 
 
@@ -60,7 +60,7 @@ def test_a_java_chain_renders_as_java_prints_it_and_parses_back() -> None:
     assert 'Caused by: java.lang.NumberFormatException: For input string: "two"' in text
     found = reported(text)
     assert found is not None and found.type == "com.shop.CheckoutException"
-    assert exception_chain(text) == (
+    assert read_trace(text).chain() == (
         "com.shop.CheckoutException",
         "java.lang.NumberFormatException",
     )
