@@ -1,7 +1,8 @@
 """A Redis that goes away in the instant after it hands a message out.
 
-A TCP proxy on loopback in front of a real redis-server. It forwards everything until a
-``BRPOP`` answer carrying a message from ``queue`` passes through it; then, before anything
+A TCP proxy on loopback in front of a real redis-server. It forwards everything; once armed,
+at the next ``BRPOP`` answer carrying a message from ``queue`` (after ``skip`` such answers
+let through) it cuts: before anything
 else is forwarded, it drops every connection and refuses new ones for ``down_s`` seconds —
 what a worker sees when Redis shuts down between serving its ``BRPOP`` and its next command
 (or, with ``swallow``, before the answer was written at all).
@@ -23,15 +24,15 @@ from dataclasses import dataclass, field
 @dataclass
 class RedisCut:
     redis_port: int
-    queue: str
+    queue: str = ""
     down_s: float = 3.0
     # True: the answer never reaches the worker — Redis popped the message and shut down before
     # writing the reply (what Redis does when SIGTERM lands in that event-loop turn).
     swallow: bool = False
     skip: int = 0  # answers from ``queue`` let through before the one that is cut
     port: int = 0
-    cuts: int = 0  # how many times it cut (once per ``arm``)
-    _armed: bool = True
+    cuts: int = 0  # how many times it cut (at most once per ``arm``)
+    _armed: bool = False
     _down_until: float = 0.0
     _socks: set[socket.socket] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -44,9 +45,15 @@ class RedisCut:
         threading.Thread(target=self._accept, daemon=True, name="redis-cut").start()
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def arm(self) -> None:
+    def arm(self, queue: str, *, down_s: float = 3.0, swallow: bool = False, skip: int = 0) -> None:
+        """Cut once, at the next message from ``queue`` after ``skip`` let through."""
         with self._lock:
-            self._armed = True
+            self.queue, self.down_s, self.swallow, self.skip = queue, down_s, swallow, skip
+            self.cuts, self._armed = 0, True
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._armed = False
 
     def stop(self) -> None:
         self._stop.set()

@@ -2,8 +2,8 @@
 a retried batch counts nothing twice, and hostile bodies are refused within their limits.
 
 Vector's http sink retries 429 and 5xx and gives up on other 4xx; Fluent Bit retries a failed
-flush up to its Retry_Limit. Each test runs a real ``tracehound ingest`` process on a private
-redis-server of its own.
+flush up to its Retry_Limit. The tests share a real ``tracehound ingest`` process on a private
+redis-server, emptied (and started again where a test stopped it) before each test.
 """
 
 from __future__ import annotations
@@ -67,19 +67,34 @@ class Sink:
         self.redis_proc, _ = start_redis(self.workdir, port=self.port, appendonly=True)
         self.client = redis.Redis.from_url(self.redis_url)
 
+    def reset(self) -> None:
+        """Redis running and empty, as a new sink's."""
+        if not self.redis_proc.alive():
+            self.redis_proc, _ = start_redis(self.workdir, port=self.port, appendonly=True)
+        self.client.close()
+        self.client = redis.Redis.from_url(self.redis_url)
+        self.client.flushall()
+        assert self.ingest.alive(), self.ingest.log_tail(30)
+
     def close(self) -> None:
         self.ingest.stop()
         self.client.close()
         self.redis_proc.stop()
 
 
-@pytest.fixture
-def sink(tmp_path: Path) -> Iterator[Sink]:
-    s = Sink(tmp_path)
+@pytest.fixture(scope="module")
+def shared_sink(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sink]:
+    s = Sink(tmp_path_factory.mktemp("sink"))
     try:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def sink(shared_sink: Sink) -> Sink:
+    shared_sink.reset()
+    return shared_sink
 
 
 def ndjson(n: int, start: int = 0) -> str:

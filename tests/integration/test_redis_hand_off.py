@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator, Mapping
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -27,7 +25,7 @@ from shared.devtools.redis_cut import RedisCut
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.intake.events import parse_event
-from shared.stack.localstack import WORKER_GROUPS, LocalStack, simulator_env, wait_until
+from shared.stack.localstack import LocalStack, simulator_env, wait_until
 from tests.conftest import DATA, SLACK_CHANNEL
 
 TRACE = (DATA / "sample-error.txt").read_text()
@@ -35,33 +33,52 @@ TRACE = (DATA / "sample-error.txt").read_text()
 pytestmark = pytest.mark.integration
 
 
-def behind_cut(
-    workdir: Path, env: dict[str, str], cut: RedisCut, groups: Mapping[str, Any] = WORKER_GROUPS
+@pytest.fixture(scope="module")
+def cut_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    ollama_sim: OllamaSimulator,
+    slack_sim: SlackSimulator,
 ) -> Iterator[tuple[LocalStack, RedisCut, str]]:
-    """Redis and Chroma, and workers that talk to Redis through ``cut``; (stack, cut, the real
-    Redis URL, for senders)."""
-    s = LocalStack(workdir, env)
+    """Redis and Chroma, and workers that talk to Redis through a cut each test arms;
+    (stack, cut, the real Redis URL, for senders)."""
+    env = simulator_env(ollama_sim.url, slack_sim.url, channel=SLACK_CHANNEL) | {
+        "TRACEHOUND_REDELIVERY_AFTER": "10",  # the sweep's grace: a lost chain restarts in ~15 s
+    }
+    s = LocalStack(tmp_path_factory.mktemp("cut"), env)
+    cut = RedisCut(redis_port=0)
     try:
         s.start_services()
         real_url = s.env["TRACEHOUND_REDIS_URL"]
         cut.redis_port = int(real_url.rsplit(":", 1)[1].split("/")[0])
         s.env["TRACEHOUND_REDIS_URL"] = cut.start()
-        s.start_workers(groups)
+        s.start_workers()
         yield s, cut, real_url
     finally:
         s.stop()
         cut.stop()
 
 
-@pytest.fixture
-def cut_stack(
-    tmp_path_factory: pytest.TempPathFactory,
-    ollama_sim: OllamaSimulator,
-    slack_sim: SlackSimulator,
-) -> Iterator[tuple[LocalStack, RedisCut, str]]:
-    env = simulator_env(ollama_sim.url, slack_sim.url, channel=SLACK_CHANNEL)
-    cut = RedisCut(redis_port=0, queue="notify", down_s=3.0)
-    yield from behind_cut(tmp_path_factory.mktemp("cut"), env, cut, {"cpu": (("notify",), 1)})
+def logged_since(stack: LocalStack) -> Callable[[str], bool]:
+    """Whether a worker logged ``text`` after this call (the stack's workers serve every test
+    of this module)."""
+    workers = [p for p in stack.procs if p.name.startswith("worker-")]
+    marks = {p.name: p.log_path.stat().st_size for p in workers}
+
+    def logged(text: str) -> bool:
+        for p in workers:
+            with p.log_path.open("rb") as f:
+                f.seek(marks[p.name])
+                if text.encode() in f.read():
+                    return True
+        return False
+
+    return logged
+
+
+@pytest.fixture(autouse=True)
+def _disarmed(cut_stack: tuple[LocalStack, RedisCut, str]) -> Iterator[None]:
+    yield
+    cut_stack[1].disarm()  # a test that failed before its cut leaves none for the next
 
 
 def test_a_message_taken_as_redis_goes_away_is_put_back_and_runs_once(
@@ -70,6 +87,8 @@ def test_a_message_taken_as_redis_goes_away_is_put_back_and_runs_once(
     stack, cut, real_url = cut_stack
     app = sender_app(Settings(redis_url=real_url))
     text = f"hand-off {uuid.uuid4().hex[:8]}"
+    logged = logged_since(stack)
+    cut.arm("notify", down_s=3.0)
     enqueue_thread_reply(app, "1700000000.000100", text, key=text)
 
     def replies() -> list[str]:
@@ -78,39 +97,28 @@ def test_a_message_taken_as_redis_goes_away_is_put_back_and_runs_once(
     wait_until(lambda: cut.cuts == 1, 30, "the cut after the worker took the message")
     wait_until(lambda: replies(), 60, "the reply, once Redis is back")
     assert replies() == [text]
-    [worker] = [p for p in stack.procs if p.name.startswith("worker-")]
-    assert worker.alive(), worker.log_tail(30)
-    assert "broker.hand_off_kept" in worker.log_path.read_text()
+    workers = [p for p in stack.procs if p.name.startswith("worker-")]
+    assert all(p.alive() for p in workers), [p.log_tail(30) for p in workers]
+    assert logged("broker.hand_off_kept")
     app.close()
 
 
-@pytest.fixture
-def swallowing_stack(
-    tmp_path_factory: pytest.TempPathFactory,
-    ollama_sim: OllamaSimulator,
-    slack_sim: SlackSimulator,
-) -> Iterator[tuple[LocalStack, RedisCut, str]]:
-    env = simulator_env(ollama_sim.url, slack_sim.url, channel=SLACK_CHANNEL) | {
-        "TRACEHOUND_REDELIVERY_AFTER": "10",  # the sweep's grace: a lost chain restarts in ~15 s
-    }
-    # The second analyze message is cut: it waited on the llm queue while the first was
-    # analysed, so the stage before it had long been acknowledged (no redelivery of that stage
-    # can bring it back: only the in-flight sweep can).
-    cut = RedisCut(redis_port=0, queue="llm", down_s=2.0, swallow=True, skip=1)
-    yield from behind_cut(tmp_path_factory.mktemp("swallow"), env, cut)
-
-
 def test_a_chain_whose_message_redis_popped_and_never_answered_is_started_again(
-    swallowing_stack: tuple[LocalStack, RedisCut, str],
+    cut_stack: tuple[LocalStack, RedisCut, str],
     slack_sim: SlackSimulator,
     ollama_sim: OllamaSimulator,
 ) -> None:
     """Redis served the llm worker's BRPOP and shut down before writing the answer: the
     message is off the queue, in no worker's hands, in no unacked hash. Only the in-flight
     sweep (shared/core/inflight.py) knows the chain; it starts it again, and it posts once."""
-    stack, cut, real_url = swallowing_stack
+    stack, cut, real_url = cut_stack
     app = sender_app(Settings(redis_url=real_url))
     services = [f"svc-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    logged = logged_since(stack)
+    # The second analyze message is cut: it waited on the llm queue while the first was
+    # analysed, so the stage before it had long been acknowledged (no redelivery of that stage
+    # can bring it back: only the in-flight sweep can).
+    cut.arm("llm", down_s=2.0, swallow=True, skip=1)
     ollama_sim.configure(latency={"chat": 2.0})  # the first analysis holds the llm worker
     try:
         results = [
@@ -131,5 +139,5 @@ def test_a_chain_whose_message_redis_popped_and_never_answered_is_started_again(
     assert [len(posts(s)) for s in services] == [1, 1]
     workers = [p for p in stack.procs if p.name.startswith("worker-")]
     assert all(p.alive() for p in workers)
-    assert any("inflight.restarted" in p.log_path.read_text() for p in workers)
+    assert logged("inflight.restarted")
     app.close()
