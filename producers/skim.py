@@ -12,13 +12,14 @@ The markers are what makes ``Grouper`` (multiline.py's start states and continua
 ``has_stack`` (shared/intake/exceptions.py) and ``maybe_error`` (shared/intake/levels.py, the
 test ``from_input`` makes before reading a level) see anything in a line, or a cheaper superset:
 
-- anywhere, any case: ``err`` (also ``eror``, read as ``err`` with o→r), ``fatal``, ``crit``,
-  ``severe``, ``panic``, ``emerg``, ``alert``, ``assert``;
-- anywhere, as written: ``Exception``, ``Throwable``, ``Traceback``, `` E ``, `` F ``, `` A ``,
-  ``E/``, ``F/``, ``A/``;
-- at the start: a byte outside ``!``…``~`` or ``{`` or ``/``, ``E``/``F`` and a digit (klog),
-  ``goroutine ``, ``Caused by: ``, ``Wrapped by: ``, ``Stack trace:``, ``Unhandled``,
-  ``node:``, ``file:``, a drive letter ``C:\\``, java.util.logging's ``INFO: `` level lines.
+- anywhere, any case: the level words ``err`` (also ``eror``, read as ``err`` with o→r),
+  ``fatal``, ``crit``, ``severe``, ``emerg``, ``alert``, ``assert``;
+- anywhere, as written: the one-letter levels `` E ``, `` F ``, `` A ``, ``E/``, ``F/``, ``A/``;
+- at the start: a byte outside ``!``…``~`` or ``{`` or ``/``, ``E``/``F`` and a digit (klog);
+- and each language's own (shared/intake/traces/: ``SKIM_HEADS`` at the start, ``SKIM_WORDS``
+  as written, ``SKIM_FOLDED`` in any case): ``Traceback``, ``Exception``, ``Throwable``,
+  ``panic``, ``goroutine ``, ``Caused by: ``, ``Stack trace:``, ``Unhandled``, ``node:``, a
+  drive letter ``C:\\``, java.util.logging's ``INFO: `` level lines, ….
 
 Only ASCII letters matter: the only non-ASCII characters whose ``lower()`` holds an ASCII letter
 are U+0130 (``i`` and a combining dot, which no marker can span) and U+212A (``k``, in none).
@@ -42,6 +43,7 @@ from __future__ import annotations
 import re
 
 from producers.multiline import Grouper, Record, may_continue_plain
+from shared.intake.traces import skim_markers
 
 LINE_TRUNCATED = " …[line truncated by tracehound]"
 WINDOW = 256 << 10  # bytes searched per pass: a window stays in the CPU cache across the passes
@@ -49,32 +51,27 @@ WINDOW = 256 << 10  # bytes searched per pass: a window stays in the CPU cache a
 # Lower case, and "o" read as "r" so that a search for "err" also finds "eror".
 _FOLD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZo", b"abcdefghijklmnrpqrstuvwxyzr")
 # Each search starts with a literal, which the regex engine skips to as fast as bytes.find; one
-# search finds the six words with "er" in them (checking what precedes "er" only there).
+# search finds the six level words with "er" in them (checking what precedes "er" only there).
 _IN_FOLDED = tuple(
     re.compile(p)
     for p in (
         rb"er(?:r|(?<=sever)e|(?<=emer)g|(?<=aler)t|(?<=asser)t)",
         rb"fatal",
         rb"crit",
-        rb"panic",
+        *skim_markers("SKIM_FOLDED"),
     )
 )
 _AS_WRITTEN = tuple(
     re.compile(p)
     for p in (
-        rb"Exception",
-        rb"Throwable",
-        rb"Traceback",
+        *skim_markers("SKIM_WORDS"),
         # The one-letter levels maybe_error looks for: " E " and "E/" (logcat, threadtime).
         rb"E(?:/|(?<= E) )",
         rb"F(?:/|(?<= F) )",
         rb"A(?:/|(?<= A) )",
     )
 )
-_HEAD = (
-    rb"(?:[^\x21-\x7e]|[{/]|[EF][0-9\x80-\xff]|goroutine |Caused by: |Wrapped by: |Stack trace:"
-    rb"|Unhandled|node:|file:|[A-Za-z]:\\|(?:WARNING|INFO|CONFIG|FINE\w*): )"
-)
+_HEAD = rb"(?:[^\x21-\x7e]|[{/]|[EF][0-9\x80-\xff]|" + b"|".join(skim_markers("SKIM_HEADS")) + rb")"
 _LINE_HEAD = re.compile(_HEAD)
 # A lookahead: matching an empty line's newline must not hide the line after it.
 _NEXT_LINE_HEAD = re.compile(rb"\n(?=" + _HEAD + rb")")

@@ -16,21 +16,18 @@ import re
 
 from shared.core.domain import Printed, reported_of
 from shared.core.memo import TextMemo
-from shared.intake.traces import dotnet, php, python, rust
+from shared.intake.traces import dotnet, go, jvm, node, php, python, rust
 
 _MAX_LINE = 300  # patterns read a line up to here (a megabyte line must not cost seconds)
 
 _LOGURU_FRAME = "> File "  # loguru marks the frame that caught the exception
-# Java/Kotlin/Node/.NET: "java.lang.X: msg", "Caused by: X", "Exception in thread "t" X",
-# "  [cause]: Error: x", "TypeError: x", "Uncaught Error: x", "Unhandled exception. System.X: y",
-# " ---> System.X: y" (a .NET inner exception), an indented dotted type (.NET's console logger
-# indents the exception under its header); Go "panic: x" and "fatal error: x".
+# Java/Kotlin/Node/.NET: "java.lang.X: msg", "TypeError: x", after what each language prints
+# before a type ("Caused by: ", "  [cause]: ", " ---> ", …: each grammar's EXCEPTION_PREFIX).
+_PREFIXES = "|".join(lang.EXCEPTION_PREFIX for lang in (jvm, node, dotnet))
 _OTHER_EXC = re.compile(
-    r"^(?:Caused by: |Wrapped by: |Exception in thread \"[^\"]*\" |\s*\[cause\]: |Uncaught "
-    r"|Unhandled [Ee]xception\.? |\s*---> |[ ]{2,}(?=[A-Za-z_$][\w$]*\.))?"
+    rf"^(?:{_PREFIXES})?"
     r"(?P<type>(?:[A-Za-z_$][\w$]*\.)*(?:[A-Z][\w$]*)?"
     r"(?:Error|Exception|Throwable|Fault|Failure|Exit|Interrupt|Warning))(?::\s?(?P<msg>.*))?$"
-    r"|^(?P<go>panic|fatal error): (?P<gomsg>.*)$"
 )
 
 
@@ -84,11 +81,8 @@ def _printed(text: str) -> tuple[Printed, ...]:
                 body_full = full[len(line) - len(body) :]
                 found.append(Printed(m["type"], _message(m, "msg", body_full), True, group))
                 continue
-        if m := _OTHER_EXC.match(line):
-            if m["type"]:
-                found.append(Printed(m["type"], _message(m, "msg", full), False))
-            else:
-                found.append(Printed(m["go"], _message(m, "gomsg", full), False))
+        if (m := _OTHER_EXC.match(line)) or (m := go.EXCEPTION.match(line)):
+            found.append(Printed(m["type"], _message(m, "msg", full), False))
         elif m := rust.PANIC.match(line):
             message = _message(m, "old", full) if m["old"] is not None else _next(lines, i)
             found.append(Printed("panic", message.strip(), False))

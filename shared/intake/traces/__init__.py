@@ -1,21 +1,30 @@
 """Each language's trace grammar, one module each: the line patterns the tailer's grouping
-(producers/multiline.py) and the exception scanner (shared/intake/exceptions.py) read, and for
-the languages whose frames are parsed (python, jvm, node, go; not yet rust, php, dotnet) the
-frame line reader.
+(producers/multiline.py), its fast skim (producers/skim.py: ``SKIM_HEADS``, ``SKIM_WORDS``,
+``SKIM_FOLDED``) and the exception scanner (shared/intake/exceptions.py) read, and for the
+languages whose frames are parsed (python, jvm, node, go; not yet rust, php, dotnet) the frame
+line reader.
 
 A frame module names its ``language``, whether it prints the innermost frame last
 (``innermost_last``: Python) or first (the JVM, Node, Go), and reads one frame line:
 ``frame(lines, i) -> Frame | None``. Adding a language is one module here, listed in
-``GRAMMARS`` when it has frames, and its tests. Only intake parses (shared/intake/trace.py):
-later stages read the event's ``Trace``, and import-linter keeps them out of this package.
+``LANGUAGES`` (and in ``GRAMMARS`` when it has frames), and its tests. Only intake parses
+(shared/intake/trace.py): later stages read the event's ``Trace``, and import-linter keeps them
+out of this package.
 """
 
 from __future__ import annotations
 
 from shared.core.domain import Frame
-from shared.intake.traces import go, jvm, node, python
+from shared.intake.traces import dotnet, go, jvm, node, php, python, rust
 
 GRAMMARS = (python, jvm, node, go)  # tried in this order on every line
+LANGUAGES = (python, jvm, node, go, rust, php, dotnet)
+
+
+def skim_markers(kind: str) -> tuple[bytes, ...]:
+    """Every language's skim markers of ``kind`` (``SKIM_HEADS``, ``SKIM_WORDS`` or
+    ``SKIM_FOLDED``), each once, in the order of ``LANGUAGES``."""
+    return tuple(dict.fromkeys(m for lang in LANGUAGES for m in getattr(lang, kind)))
 
 
 def parse_frames(text: str) -> list[Frame]:

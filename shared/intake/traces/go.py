@@ -22,6 +22,13 @@ LINE = re.compile(
     r"|\.\.\.additional frames elided\.\.\.|\S+\(.*\)$)"
 )
 AFTER_BLANK = re.compile(r"^(?:goroutine \d+ |exit status \d+$|\[signal |created by )")
+EXCEPTION = re.compile(r"^(?P<type>panic|fatal error): (?P<msg>.*)$")
+
+# What makes a line worth the tailer's grouper (producers/skim.py): a line starting with one of
+# SKIM_HEADS, holding one of SKIM_WORDS as written or one of SKIM_FOLDED in any case.
+SKIM_HEADS = (rb"goroutine ",)
+SKIM_WORDS: tuple[bytes, ...] = ()
+SKIM_FOLDED = (rb"panic",)
 
 _GO_FILE = re.compile(r"^\t(?P<file>\S+\.go):(?P<line>\d+)(?: \+0x[0-9a-f]+)?\s*$")
 _GO_FUNC = re.compile(r"^(?:created by )?(?P<func>[\w./*()$\-\[\]{},]+?)(?: in goroutine \d+)?$")

@@ -23,6 +23,15 @@ EXCEPTION_START = re.compile(
 UNCAUGHT = re.compile(r'^Exception in thread "[^"]*" ')
 CAUSE_LINE = re.compile(r"^(?:Caused by|Wrapped by): ")
 AT_FRAME = re.compile(r"^\s+at \S")
+# What precedes an exception line's type: "Caused by: X", "Exception in thread "main" X".
+EXCEPTION_PREFIX = r'Caused by: |Wrapped by: |Exception in thread "[^"]*" '
+
+# What makes a line worth the tailer's grouper (producers/skim.py): a line starting with one of
+# SKIM_HEADS, holding one of SKIM_WORDS as written or one of SKIM_FOLDED in any case.
+# java.util.logging prints its level on a line of its own, before the message ("INFO: x").
+SKIM_HEADS = (rb"Caused by: ", rb"Wrapped by: ", rb"(?:WARNING|INFO|CONFIG|FINE\w*): ")
+SKIM_WORDS = (rb"Exception", rb"Throwable")
+SKIM_FOLDED: tuple[bytes, ...] = ()
 
 # at com.shop.OrderService.place(OrderService.java:42)  (optionally "app//" or "java.base/")
 _JAVA = re.compile(

@@ -15,6 +15,15 @@ innermost_last = False
 SOURCE_HEADER = re.compile(r"^(?:(?:file://)?(?:/|[A-Za-z]:\\)\S*\.[cm]?[jt]sx?|node:\S+):\d+$")
 CARET = re.compile(r"^\s*\^+\s*$")
 FOOTER = re.compile(r"^Node\.js v\d")
+# What precedes an exception line's type: "  [cause]: Error: x", "Uncaught TypeError: x".
+EXCEPTION_PREFIX = r"\s*\[cause\]: |Uncaught "
+
+# What makes a line worth the tailer's grouper (producers/skim.py): a line starting with one of
+# SKIM_HEADS, holding one of SKIM_WORDS as written or one of SKIM_FOLDED in any case.
+# A source header: "node:internal/x:12", "file:///app/x.mjs:3", "C:\\app\\x.js:3".
+SKIM_HEADS = (rb"node:", rb"file:", rb"[A-Za-z]:\\")
+SKIM_WORDS: tuple[bytes, ...] = ()
+SKIM_FOLDED: tuple[bytes, ...] = ()
 
 # at handler (/app/src/x.js:10:5)   /   at /app/src/x.js:10:5   /   at async fn (file:///x.mjs:1:2)
 _NODE = re.compile(

@@ -30,6 +30,12 @@ GROUP_PREFIX = re.compile(r"^[ ]*[+|][ ]?")
 EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<msg>.*))?$")
 GROUP_LINE = re.compile(r"^[\s|]*(?P<type>[\w.]*ExceptionGroup): (?P<msg>.*)$")
 
+# What makes a line worth the tailer's grouper (producers/skim.py): a line starting with one of
+# SKIM_HEADS, holding one of SKIM_WORDS as written or one of SKIM_FOLDED in any case.
+SKIM_HEADS: tuple[bytes, ...] = ()
+SKIM_WORDS = (rb"Traceback",)
+SKIM_FOLDED: tuple[bytes, ...] = ()
+
 _PY_PATH = r"[^\s\"'<>()\[\]]*?\.pyx?"
 # File "/app/x.py", line 12, in handler   (also after "INTERNALERROR>" or a log prefix)
 _PY_FILE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>[^\s(]+))?')
