@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import random
 import shutil
+import string
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,6 +58,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 INCIDENTS_OFF = {"TRACEHOUND_INCIDENT_WINDOW": "0", "TRACEHOUND_MAX_NEW_GROUPS": "0"}
+INCIDENTS_ON = {
+    "TRACEHOUND_INCIDENT_WINDOW": "300",
+    "TRACEHOUND_INCIDENT_SETTLE": "1",
+    "TRACEHOUND_MAX_NEW_GROUPS": "3",
+}
 # An incident's first group starts at once instead of after the settle (as before incidents
 # settled): for rigs that check what intake started, not which group an incident starts.
 SETTLE_OFF = {"TRACEHOUND_INCIDENT_SETTLE": "0"}
@@ -138,11 +145,9 @@ def stack(
         # carry the buttons (tests/integration/test_slack_actions.py).
         "TRACEHOUND_SLACK_APP_TOKEN": "xapp-test-token",
         "TRACEHOUND_SLACK_SIGNING_SECRET": SLACK_SIGNING_SECRET,
-        # Tests here send the one sample trace under many services to make distinct groups,
-        # and tests share this stack: with incidents on, each would join an earlier test's
-        # incident (one root cause) and wait. Incidents and the cap run on their own stack
-        # (tests/integration/test_incident_delivery.py).
-        **INCIDENTS_OFF,
+        # Incidents on, as in production, with a short settle; each test starts with no open
+        # incident and no cap count (``_forget_incidents``), so it joins no earlier test's.
+        **INCIDENTS_ON,
     }
     s = LocalStack(workdir, env)
     try:
@@ -182,6 +187,25 @@ def sample_copy(tmp_path: Path) -> Path:
     return dest
 
 
+# What makes a test's new groups depend on an earlier test's: open incidents (a new group with
+# the same root cause joins one) and cap batches, and the new-analysis counts the cap reads.
+# Incidents already open keep going: only their keys for joining go.
+_INCIDENT_STATE = ("th:incident:cause:*", "th:incident:cap:*", "th:newgroups:*")
+
+
+@pytest.fixture(autouse=True)
+def _forget_incidents(request: pytest.FixtureRequest) -> None:
+    """Before each test on the session stack: no incident or cap batch to join, no cap count
+    (as rq's tests flush Redis per test; groups and the index stay, module fixtures hold
+    them)."""
+    if "stack" not in request.fixturenames:
+        return
+    client: redis.Redis = request.getfixturevalue("redis_client")
+    for pattern in _INCIDENT_STATE:
+        for key in client.scan_iter(match=pattern, count=1000):
+            client.delete(key)
+
+
 @pytest.fixture(autouse=True)
 def _clean_simulators(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
@@ -189,6 +213,13 @@ def _clean_simulators(request: pytest.FixtureRequest) -> Iterator[None]:
         if name in request.fixturenames:
             sim = request.getfixturevalue(name)
             sim.reset_faults()
+
+
+def own_cause(trace: str) -> str:
+    """The sample trace with a root cause of its own: the session stack runs incidents, and
+    the same error in two services within the window is one incident (one message)."""
+    word = "".join(random.choices(string.ascii_lowercase, k=10))  # letters: kept by normalizing
+    return trace.replace("division by zero", f"division by zero (case {word})")
 
 
 @contextlib.contextmanager

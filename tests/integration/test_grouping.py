@@ -15,7 +15,7 @@ import pytest
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.stack.localstack import LocalStack, Proc, start_ingest, wait_until
-from tests.conftest import DATA
+from tests.conftest import DATA, own_cause
 
 pytestmark = pytest.mark.integration
 
@@ -164,7 +164,8 @@ def test_six_groups_at_once_are_paced_on_the_channel_and_none_is_dropped(
 ) -> None:
     url = ingest()
     services = [f"pace-{i}-{uuid.uuid4().hex[:6]}" for i in range(6)]
-    post(url, [storm_event(s, 0) for s in services])
+    # Six root causes: one would be one incident, one message.
+    post(url, [storm_event(s, 0) | {"stack": own_cause(TRACE)} for s in services])
     wait_until(lambda: all(top_level(slack_sim, s) for s in services), 90, "all six")
     times = sorted(m["t"] for s in services for m in top_level(slack_sim, s))
     assert len(times) == 6  # waiting for the channel's slot retried more than 3 times

@@ -1,8 +1,8 @@
-"""An outage end to end, on a stack of its own with incidents on (the shared test stack runs
-them off): one Slack message for the incident, every group analysed — the most frequent first,
-the rest from the backlog while the host is free — each in the incident's thread, and the list
-on the message rewritten as groups join and counts grow. A service over its cap of new
-analyses: a summary of what waits, posted at once, every analysis in its thread."""
+"""An outage end to end, on the session stack (incidents on): one Slack message for the incident,
+every group analysed — the most frequent first, the rest from the backlog while the host is free
+— each in the incident's thread, and the list on the message rewritten as groups join and counts
+grow. A service over its cap of new analyses: a summary of what waits, posted at once, every
+analysis in its thread."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from shared.core import keys
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.devtools import outage
-from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.groups.incidents import incident_of, load
 from shared.groups.submit import intake_for
@@ -27,33 +26,12 @@ from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
 from shared.intake.fingerprint import fingerprint
 from shared.notify.message import INCIDENT_BLOCK_ID
-from shared.stack.localstack import LocalStack, simulator_env, wait_until
-from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL
+from shared.stack.localstack import LocalStack, wait_until
+from tests.conftest import DATA, INCIDENTS_ON, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration
 
-CAP = 3  # new analyses per service and window (the outage starts one per service)
-
-
-@pytest.fixture(scope="module")
-def incident_stack(
-    tmp_path_factory: pytest.TempPathFactory,
-    ollama_sim: OllamaSimulator,
-    slack_sim: SlackSimulator,
-) -> Iterator[LocalStack]:
-    env = simulator_env(ollama_sim.url, slack_sim.url, channel=SLACK_CHANNEL) | {
-        "TRACEHOUND_INCIDENT_WINDOW": "300",
-        "TRACEHOUND_INCIDENT_SETTLE": "2",
-        "TRACEHOUND_MAX_NEW_GROUPS": str(CAP),
-        "TRACEHOUND_GROUP_UPDATE_INTERVAL": "1",
-    }
-    s = LocalStack(tmp_path_factory.mktemp("incident"), env)
-    try:
-        s.start_services()
-        s.start_workers()
-        yield s
-    finally:
-        s.stop()
+CAP = int(INCIDENTS_ON["TRACEHOUND_MAX_NEW_GROUPS"])  # new analyses per service and window
 
 
 def _settings(stack: LocalStack) -> Settings:
@@ -66,9 +44,9 @@ def _settings(stack: LocalStack) -> Settings:
 
 
 @pytest.fixture
-def indexed(incident_stack: LocalStack) -> Iterator[tuple[Settings, Celery]]:
+def indexed(stack: LocalStack) -> Iterator[tuple[Settings, Celery]]:
     """The intake's settings and a sender app, the sample service indexed."""
-    settings = _settings(incident_stack)
+    settings = _settings(stack)
     app = sender_app(settings)
     index_repository(app, SAMPLE_SERVICE, "sample", max_bytes=1_000_000, timeout=120)
     yield settings, app

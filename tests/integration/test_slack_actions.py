@@ -28,7 +28,7 @@ from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
 from shared.notify import actions
 from shared.stack.localstack import LocalStack, start_ingest, wait_until
-from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL, SLACK_SIGNING_SECRET
+from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL, SLACK_SIGNING_SECRET, own_cause
 
 pytestmark = pytest.mark.integration
 
@@ -77,9 +77,11 @@ def message(slack_sim: SlackSimulator, ts: str) -> dict[str, Any]:
 
 @pytest.fixture
 def posted(intake: Intake, slack_sim: SlackSimulator) -> Callable[..., dict[str, Any]]:
-    """An error of a service of its own (its own group) through intake to a posted message."""
+    """An error of a service of its own (its own group and incident) through intake to a posted
+    message."""
 
-    def post(service: str | None = None, text: str = TRACE) -> dict[str, Any]:
+    def post(service: str | None = None, text: str | None = None) -> dict[str, Any]:
+        text = own_cause(TRACE) if text is None else text
         event = parse_event(text, service=service or f"shop-{uuid.uuid4().hex[:8]}", repo=REPO)
         submitted = intake.submit(event)
         assert submitted.new and submitted.result is not None
