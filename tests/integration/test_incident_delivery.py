@@ -26,7 +26,8 @@ from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
 from shared.intake.fingerprint import fingerprint
 from shared.notify.message import INCIDENT_BLOCK_ID
-from shared.stack.localstack import LocalStack, wait_until
+from shared.stack.children import wait_until
+from shared.stack.localstack import LocalStack
 from tests.conftest import DATA, INCIDENTS_ON, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration
@@ -59,8 +60,10 @@ def _analyses(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_an_outage_is_one_message_with_every_group_analysed_in_its_thread(
-    indexed: tuple[Settings, Celery], slack_sim: SlackSimulator
+    indexed: tuple[Settings, Celery], slack: SlackSimulator
 ) -> None:
+    """(``slack``: the session's Slack, emptied: an earlier test's OperationalError message
+    must not read as this incident's.)"""
     settings, app = indexed
     events = list(outage.events(2, 3, 40, repo="sample"))
     counts = Counter(fingerprint(e).value for e in events)
@@ -74,12 +77,12 @@ def test_an_outage_is_one_message_with_every_group_analysed_in_its_thread(
     def top_level() -> list[dict[str, Any]]:
         return [
             m
-            for m in slack_sim.messages
+            for m in slack.messages
             if not m.get("thread_ts") and "OperationalError" in json.dumps(m.get("blocks"))
         ]
 
     def thread(ts: str) -> list[dict[str, Any]]:
-        return [m for m in slack_sim.messages if m.get("thread_ts") == ts]
+        return [m for m in slack.messages if m.get("thread_ts") == ts]
 
     def done() -> bool:
         top = top_level()
@@ -105,7 +108,7 @@ def test_an_outage_is_one_message_with_every_group_analysed_in_its_thread(
 
 
 def test_groups_over_the_cap_are_summed_up_at_once_and_analysed_in_its_thread(
-    indexed: tuple[Settings, Celery], slack_sim: SlackSimulator
+    indexed: tuple[Settings, Celery], slack: SlackSimulator
 ) -> None:
     settings, app = indexed
     kinds = [  # five unrelated errors, each its own root cause, the later ones more frequent
@@ -126,7 +129,7 @@ def test_groups_over_the_cap_are_summed_up_at_once_and_analysed_in_its_thread(
 
     def summary() -> dict[str, Any] | None:
         found = [
-            m for m in slack_sim.messages if not m.get("thread_ts") and "over the cap" in m["text"]
+            m for m in slack.messages if not m.get("thread_ts") and "over the cap" in m["text"]
         ]
         return found[-1] if found else None
 
@@ -138,12 +141,12 @@ def test_groups_over_the_cap_are_summed_up_at_once_and_analysed_in_its_thread(
     assert "2 still wait for analysis" in json.dumps(versions[0]["blocks"])
 
     def thread() -> list[dict[str, Any]]:
-        return _analyses([m for m in slack_sim.messages if m.get("thread_ts") == first["ts"]])
+        return _analyses([m for m in slack.messages if m.get("thread_ts") == first["ts"]])
 
     wait_until(lambda: len(thread()) == 2, 120, "both analyses in the summary's thread")
     wait_until(lambda: "All analysed" in json.dumps(summary()), 60, "the summary rewritten")
-    assert len([m for m in slack_sim.messages if "over the cap" in m.get("text", "")]) == 1
+    assert len([m for m in slack.messages if "over the cap" in m.get("text", "")]) == 1
     top = _analyses(
-        [m for m in slack_sim.messages if not m.get("thread_ts") and "Kind" in json.dumps(m)]
+        [m for m in slack.messages if not m.get("thread_ts") and "Kind" in json.dumps(m)]
     )
     assert len(top) == CAP  # the three under the cap have messages of their own
