@@ -40,14 +40,8 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.stack.localstack import (
-    free_port,
-    spawn,
-    start_ingest,
-    start_redis,
-    start_worker,
-    wait_until,
-)
+from shared.stack.children import free_port, spawn, wait_until
+from shared.stack.localstack import start_ingest, start_redis, start_worker
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 TOKEN = "bench"

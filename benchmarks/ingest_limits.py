@@ -25,7 +25,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.stack.localstack import Proc, start_ingest, start_redis
+from shared.stack.children import Proc
+from shared.stack.localstack import start_ingest, start_redis
 
 MB = 1_000_000
 TRACE = 'Traceback (most recent call last):\n  File "/srv/app/x.py", line 1, in f\nKeyError: "k"'

@@ -64,15 +64,13 @@ from shared.retrieve.hybrid import hybrid_retrieve
 from shared.retrieve.keywords import BM25Index
 from shared.retrieve.priors import PathPrior
 from shared.retrieve.query import build_query
+from shared.stack.children import Proc, spawn, wait_until
 from shared.stack.localstack import (
-    Proc,
-    spawn,
     start_chroma,
     start_redis,
     start_worker,
     tracehound_executable,
     wait_for_consumers,
-    wait_until,
 )
 
 CASES = ROOT.parent / "shared" / "bench" / "cases-dev.jsonl"

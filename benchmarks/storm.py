@@ -34,13 +34,8 @@ from shared.core import keys
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.index.reindex import index_repository
-from shared.stack.localstack import (
-    LocalStack,
-    simulator_env,
-    start_ingest,
-    start_simulator,
-    wait_until,
-)
+from shared.stack.children import wait_until
+from shared.stack.localstack import LocalStack, simulator_env, start_ingest, start_simulator
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 TOKEN = "storm"

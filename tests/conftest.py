@@ -21,7 +21,8 @@ from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
-from shared.stack.localstack import README_UBATCH, LocalStack, free_port, simulator_env, start_redis
+from shared.stack.children import free_port
+from shared.stack.localstack import README_UBATCH, LocalStack, simulator_env, start_redis
 
 DATA = Path(__file__).parent / "data"
 SAMPLE_SERVICE = DATA / "sample-service"

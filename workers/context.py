@@ -25,7 +25,7 @@ from shared.index.backlog import EmbedBacklog
 from shared.index.corpus import RedisCorpus
 from shared.index.history import HistoryStore
 from shared.index.owners import OwnersStore
-from shared.index.vectors import ChromaVectorIndex
+from shared.index.vectors import VectorStore, open_vector_store
 from shared.intake.redact import Redactor
 from shared.models.chat import ChatModel, OllamaChat
 from shared.models.embedder import Embedder, OllamaEmbedder
@@ -98,9 +98,8 @@ class Clients:
         return PathPrior.from_settings(self.settings)
 
     @cached_property
-    def vectors(self) -> ChromaVectorIndex:
-        s = self.settings
-        return ChromaVectorIndex(url=s.chroma_url, path=s.chroma_path, timeout=s.chroma_timeout)
+    def vectors(self) -> VectorStore:
+        return open_vector_store(self.settings)
 
     @cached_property
     def model_http(self) -> httpx.Client:
@@ -311,11 +310,16 @@ def settings() -> Settings:
     return _state["settings"]
 
 
-# Libraries a queue's tasks import on first use (see each client's lazy import), by queue.
+# Libraries a queue's tasks import on first use (see each client's lazy import), by queue;
+# "vectors": the vector store's client library, by TRACEHOUND_VECTOR_STORE.
 CLIENT_MODULES: dict[str, tuple[str, ...]] = {
     "llm": ("langchain_ollama",),
-    "retrieve": ("chromadb",),
-    "index": ("chromadb",),
+    "retrieve": ("vectors",),
+    "index": ("vectors",),
+}
+STORE_MODULES: dict[str, tuple[str, ...]] = {
+    "chroma": ("chromadb",),
+    "pgvector": ("psycopg", "pgvector.psycopg"),
 }
 
 
@@ -338,7 +342,10 @@ def remember_queues(consumed: set[str]) -> None:
 
 def client_modules(consumed: set[str]) -> list[str]:
     """The heavy modules the tasks of ``consumed`` queues import."""
-    return sorted({m for q in consumed for m in CLIENT_MODULES.get(q, ())})
+    names = {m for q in consumed for m in CLIENT_MODULES.get(q, ())}
+    if "vectors" in names:
+        names = (names - {"vectors"}) | set(STORE_MODULES[settings().vector_store])
+    return sorted(names)
 
 
 def clients() -> Clients:

@@ -72,6 +72,18 @@ class Settings(BaseSettings):
     chroma_path: Path | None = Field(
         None, description="Local PersistentClient path, single-process mode only (no chroma_url)."
     )
+    vector_store: Literal["chroma", "pgvector"] = Field(
+        "chroma",
+        description="Where code vectors live: `chroma` (a Chroma server, TRACEHOUND_CHROMA_URL) "
+        "or `pgvector` (PostgreSQL with the pgvector extension, TRACEHOUND_PG_URL; the "
+        "`pgvector` extra).",
+    )
+    pg_url: str | None = Field(
+        None,
+        description="PostgreSQL with pgvector for TRACEHOUND_VECTOR_STORE=pgvector, e.g. "
+        "postgresql://tracehound:secret@db:5432/tracehound; tracehound creates and migrates its "
+        "own tables (th_schema, th_repos, th_vec_*).",
+    )
     data_dir: Path = Field(
         Path(".tracehound"),
         description="Console notifier's file, demo state, the `tracehound up` stack "
@@ -148,6 +160,9 @@ class Settings(BaseSettings):
     rerank_timeout: float = Field(30.0, description="Seconds: timeout of every rerank call.")
     llm_timeout: float = Field(300.0, description="Seconds: timeout of every chat model call.")
     chroma_timeout: float = Field(30.0, description="Seconds: timeout of every Chroma call.")
+    pg_timeout: float = Field(
+        30.0, gt=0, description="Seconds: connect and statement timeout of every pgvector call."
+    )
     slack_timeout: float = Field(30.0, description="Seconds: timeout of every Slack call.")
     stage_max_retries: int = Field(3, ge=0, description="Retries of a transient stage failure.")
     redelivery_after: int = Field(

@@ -40,7 +40,8 @@ import redis
 
 from shared.core import keys
 from shared.groups import deferred
-from shared.stack.localstack import Proc, spawn, start_redis, tracehound_executable, wait_until
+from shared.stack.children import Proc, spawn, wait_until
+from shared.stack.localstack import start_redis, tracehound_executable
 
 SERVICE = "shop-api"
 MARKER = re.compile(r"marker-([a-z]+)")

@@ -44,7 +44,7 @@ from shared.devtools.eval import (
 )
 from shared.devtools.feedback_eval import run_feedback_eval
 from shared.index.corpus import RedisCorpus
-from shared.index.vectors import ChromaVectorIndex
+from shared.index.vectors import open_vector_store
 from shared.models.embedder import OllamaEmbedder
 from shared.models.reranker import HttpReranker
 from shared.notify import feedback
@@ -153,9 +153,7 @@ def _eval_feedback(
     try:
         report = run_feedback_eval(
             cases,
-            vectors=ChromaVectorIndex(
-                url=s.chroma_url, path=s.chroma_path, timeout=s.chroma_timeout
-            ),
+            vectors=open_vector_store(s),
             keywords=keywords.current,
             embedder=OllamaEmbedder(
                 s.embed_base_url, s.embed_model, timeout=s.embed_timeout, batch_size=1

@@ -33,7 +33,8 @@ import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from shared.stack.localstack import ChildSpec, http_answers
+from shared.stack.children import ChildSpec
+from shared.stack.localstack import http_answers
 
 VERSION = "11434.0.0"  # llama.cpp b11434, whose tools/server sources the simulator cites
 # No tests, examples or web UI (its download fails offline anyway), no OpenSSL, and portable

@@ -1,4 +1,5 @@
-"""The vector index: one Chroma collection per repo, cosine space, our own vectors."""
+"""The vector index: one Chroma collection per repo, cosine space, our own vectors; or the same
+in PostgreSQL with pgvector (shared/index/pgvectors.py), as TRACEHOUND_VECTOR_STORE says."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import httpx
 
 from shared.core.domain import Chunk, ChunkHit
 from shared.core.errors import PermanentError, TransientError
+from shared.core.settings import Settings
 
 T = TypeVar("T")
 # Chroma rejects larger upserts; its server reports the limit (get_max_batch_size(), 5461 here).
@@ -27,6 +29,23 @@ class VectorIndex(Protocol):
     def delete(self, repo: str, ids: Sequence[str]) -> None: ...
     def ids_for_path(self, repo: str, path: str) -> list[str]: ...
     def query(self, repo: str, vector: Sequence[float], n: int) -> list[ChunkHit]: ...
+
+
+class VectorStore(VectorIndex, Protocol):
+    """A vector index behind a server: connected ahead of the first call (Clients.warm)."""
+
+    def connect(self) -> None: ...
+
+
+def open_vector_store(settings: Settings) -> VectorStore:
+    """The store TRACEHOUND_VECTOR_STORE names, not yet connected."""
+    if settings.vector_store == "pgvector":
+        from shared.index.pgvectors import PgVectorIndex
+
+        return PgVectorIndex(url=settings.pg_url, timeout=settings.pg_timeout)
+    return ChromaVectorIndex(
+        url=settings.chroma_url, path=settings.chroma_path, timeout=settings.chroma_timeout
+    )
 
 
 def collection_name(repo: str) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.stack.localstack import ChildSpec, Proc, spawn, start
+from shared.stack.children import ChildSpec, Proc, spawn, start
 from shared.stack.stackfile import ChildState
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,15 @@ class Supervisor:
         # No readiness wait: the other children are tended meanwhile, and a child that is not
         # ready is what its health in ``tracehound status`` shows.
         spec = child.spec
-        child.proc = spawn(spec.name, spec.argv, self.log_dir, env=spec.env, die_with_parent=True)
+        child.proc = spawn(
+            spec.name,
+            spec.argv,
+            self.log_dir,
+            env=spec.env,
+            die_with_parent=True,
+            user=spec.user,
+            stop_signal=spec.stop_signal,
+        )
         child.started, child.restart_at = now, None
         child.restarts += 1
         log.warning(

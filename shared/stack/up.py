@@ -28,12 +28,12 @@ from rich.table import Table
 
 from shared.models.health import has_model, ollama_models
 from shared.stack import stackfile
+from shared.stack.children import free_port, spawn, wait_until
 from shared.stack.localstack import (
     README_UBATCH,
     WORKER_GROUPS,
     chroma_executable,
     chroma_spec,
-    free_port,
     ingest_spec,
     redis_answers,
     redis_executable,
@@ -41,9 +41,7 @@ from shared.stack.localstack import (
     simulator_env,
     simulator_spec,
     slack_listen_spec,
-    spawn,
     wait_for_consumers,
-    wait_until,
     worker_specs,
 )
 from shared.stack.supervisor import Supervisor

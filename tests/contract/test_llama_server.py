@@ -35,7 +35,7 @@ from shared.devtools.llama_server import BUILD_COMMAND, cache_root, locate, serv
 from shared.devtools.simulators.ollama import OllamaSimulator, pair_tokens
 from shared.models.health import reranker_answers
 from shared.models.reranker import HttpReranker, RerankRefused
-from shared.stack.localstack import Proc, free_port, start
+from shared.stack.children import Proc, free_port, start
 from tests.contract.llama_models import WORDS, write_reranker
 
 pytestmark = pytest.mark.contract

@@ -14,7 +14,8 @@ import pytest
 
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
-from shared.stack.localstack import LocalStack, spawn, tracehound_executable
+from shared.stack.children import spawn
+from shared.stack.localstack import LocalStack, tracehound_executable
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,8 @@ import pytest
 
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
-from shared.stack.localstack import LocalStack, Proc, start_ingest, wait_until
+from shared.stack.children import Proc, wait_until
+from shared.stack.localstack import LocalStack, start_ingest
 from tests.conftest import DATA, own_cause
 
 pytestmark = pytest.mark.integration

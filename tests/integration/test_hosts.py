@@ -31,7 +31,8 @@ from shared.models.hosts import (
     LeaseLost,
     host_status,
 )
-from shared.stack.localstack import LocalStack, tracehound_executable, wait_until
+from shared.stack.children import wait_until
+from shared.stack.localstack import LocalStack, tracehound_executable
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration

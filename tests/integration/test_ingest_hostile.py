@@ -19,7 +19,8 @@ import pytest
 import redis
 
 from shared.core import keys
-from shared.stack.localstack import Proc, start_ingest, start_redis, start_worker, wait_until
+from shared.stack.children import Proc, wait_until
+from shared.stack.localstack import start_ingest, start_redis, start_worker
 from tests.conftest import SETTLE_OFF
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,8 @@ from shared.core.settings import Settings
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
-from shared.stack.localstack import LocalStack, wait_until
+from shared.stack.children import wait_until
+from shared.stack.localstack import LocalStack
 from tests.conftest import DATA, SAMPLE_SERVICE
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,8 @@ from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
-from shared.stack.localstack import LocalStack, wait_until
+from shared.stack.children import wait_until
+from shared.stack.localstack import LocalStack
 from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL, model_not_pulled
 
 pytestmark = pytest.mark.integration

@@ -25,7 +25,8 @@ from shared.devtools.redis_cut import RedisCut
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.intake.events import parse_event
-from shared.stack.localstack import LocalStack, simulator_env, wait_until
+from shared.stack.children import wait_until
+from shared.stack.localstack import LocalStack, simulator_env
 from tests.conftest import DATA, SLACK_CHANNEL
 
 TRACE = (DATA / "sample-error.txt").read_text()

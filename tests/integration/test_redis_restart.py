@@ -20,13 +20,8 @@ from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
-from shared.stack.localstack import (
-    LocalStack,
-    simulator_env,
-    start_ingest,
-    start_redis,
-    wait_until,
-)
+from shared.stack.children import wait_until
+from shared.stack.localstack import LocalStack, simulator_env, start_ingest, start_redis
 from tests.conftest import DATA, INCIDENTS_OFF, SAMPLE_SERVICE, SLACK_CHANNEL
 
 pytestmark = pytest.mark.integration

@@ -49,7 +49,8 @@ from shared.index.reindex import index_repository
 from shared.intake.events import MAX_MESSAGE_CHARS
 from shared.intake.otlp import MAX_VALUE_CHARS
 from shared.intake.sentry import MAX_FIELD_CHARS
-from shared.stack.localstack import LocalStack, start_ingest, wait_until
+from shared.stack.children import wait_until
+from shared.stack.localstack import LocalStack, start_ingest
 from tests.conftest import SAMPLE_SERVICE
 from tests.data.secret_corpus import CONTEXTS, Sample, corpus, unnamed
 

@@ -27,7 +27,8 @@ from shared.groups.submit import Intake, intake_for
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
 from shared.notify import actions
-from shared.stack.localstack import LocalStack, start_ingest, wait_until
+from shared.stack.children import wait_until
+from shared.stack.localstack import LocalStack, start_ingest
 from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL, SLACK_SIGNING_SECRET, own_cause
 
 pytestmark = pytest.mark.integration

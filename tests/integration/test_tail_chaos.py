@@ -16,7 +16,7 @@ import pytest
 
 from shared.devtools import chaos
 from shared.groups import deferred
-from shared.stack.localstack import wait_until
+from shared.stack.children import wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,8 @@ import redis
 from producers.tailer import Tailer
 from shared.core.domain import ErrorEvent
 from shared.groups import deferred
-from shared.stack.localstack import Proc, spawn, start_redis, tracehound_executable, wait_until
+from shared.stack.children import Proc, spawn, wait_until
+from shared.stack.localstack import start_redis, tracehound_executable
 
 pytestmark = pytest.mark.integration
 

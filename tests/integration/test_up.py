@@ -25,7 +25,7 @@ import pytest
 
 from shared.index.vectors import collection_name
 from shared.stack import stackfile
-from shared.stack.localstack import ChildSpec, Proc, spawn, wait_until
+from shared.stack.children import ChildSpec, Proc, spawn, wait_until
 from shared.stack.supervisor import Supervisor, restart_delay
 from shared.stack.up import child_state_text
 from tests.conftest import DATA, SAMPLE_SERVICE
