@@ -10,6 +10,8 @@ COPY pyproject.toml README.md ./
 COPY shared ./shared
 COPY workers ./workers
 COPY producers ./producers
-RUN pip install --no-cache-dir . && useradd --create-home tracehound
+# The pgvector extra: TRACEHOUND_VECTOR_STORE=pgvector needs its client (compose's pgvector
+# profile, or a PostgreSQL of your own).
+RUN pip install --no-cache-dir '.[pgvector]' && useradd --create-home tracehound
 USER tracehound
 CMD ["tracehound", "--help"]

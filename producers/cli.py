@@ -25,6 +25,10 @@ cli = typer.Typer(
     no_args_is_help=True,
     help="tracehound: production errors in, Slack analyses out.",
 )
+vectors_cli = typer.Typer(
+    no_args_is_help=True, help="The vector store: copy an index between stores."
+)
+cli.add_typer(vectors_cli, name="vectors")
 err = Console(stderr=True)
 out = Console()
 
@@ -82,6 +86,15 @@ def up(
     detach: Annotated[
         bool, typer.Option("--detach", help="Run in the background; return once it is ready.")
     ] = False,
+    vector_store: Annotated[
+        str | None,
+        typer.Option(
+            "--vector-store",
+            help="chroma (a Chroma server of its own) or pgvector (TRACEHOUND_PG_URL, or else "
+            "a bundled PostgreSQL with pgvector under the data dir); default "
+            "TRACEHOUND_VECTOR_STORE.",
+        ),
+    ] = None,
 ) -> None:
     """Run the whole stack here, without Docker: Redis, Chroma, the workers and the ingest
     endpoint under one supervisor that restarts what dies; Ctrl-C or `tracehound down` stops it."""
@@ -90,6 +103,10 @@ def up(
     # The supervisor's events (a child exited, restarted) are what its log is for.
     logs.configure(os.environ.get("TRACEHOUND_LOG_LEVEL", "INFO"))
     settings = load_settings(data_dir)
+    store = vector_store or settings.vector_store
+    if store not in ("chroma", "pgvector"):
+        err.print(f"[red]error:[/red] --vector-store is chroma or pgvector, not {store!r}")
+        raise typer.Exit(2)
     opts = UpOptions(
         settings.data_dir.resolve(),
         ingest_port,
@@ -97,11 +114,14 @@ def up(
         ollama_url=settings.ollama_url,
         models=(settings.embed_model, settings.llm_model),
         slack_listen=settings.slack_app_token is not None,
+        vector_store=store,
+        pg_url=settings.pg_url,
     )
     if not detach:
         raise typer.Exit(run_up(opts, err=err))
     argv = [sys.executable, "-m", "producers.cli", "up", "--data-dir", str(opts.data_dir)]
     argv += ["--ingest-port", str(ingest_port), *(["--simulate"] if simulate else [])]
+    argv += ["--vector-store", store]
     raise typer.Exit(run_detached(argv, opts, err=err))
 
 
@@ -137,11 +157,13 @@ def status() -> None:
     per model host: holder, loaded model, swaps, busy time; the processes of a `tracehound up`
     stack: pids, restarts, health."""
     import redis
+    from rich.markup import escape
     from rich.table import Table
 
     from shared.core.persistence import persistence_warning
     from shared.core.pipeline import sender_app
     from shared.groups import deferred
+    from shared.index.store_health import store_health
     from shared.models.hosts import host_status, known_hosts
     from shared.stack.up import child_health, stack_table
 
@@ -183,6 +205,19 @@ def status() -> None:
         )
     else:
         out.print("analysis backlog: empty", highlight=False)
+    store = store_health(settings)
+    if store.ok:
+        out.print(
+            f"vector store: {store.kind} at {store.where}: answers ({store.detail})",
+            highlight=False,
+            markup=False,
+        )
+    else:
+        err.print(
+            f"[yellow]warning:[/yellow] vector store: {store.kind} at {store.where} does not "
+            f"answer ({escape(store.detail)}): analyses use keyword search only until it does",
+            highlight=False,
+        )
     hosts = Table(
         "host", "holder", "loaded model", "waiting", "swaps", "calls", "busy s", title="model hosts"
     )
@@ -589,6 +624,53 @@ def demo(
 
     settings = load_settings()
     raise typer.Exit(run_demo(settings, repo_path, error, console=out, err=err))
+
+
+@vectors_cli.command("copy")
+def vectors_copy(
+    source: Annotated[str, typer.Option("--from", help="chroma or pgvector.")],
+    target: Annotated[str, typer.Option("--to", help="chroma or pgvector.")],
+    repo: Annotated[
+        list[str] | None, typer.Option("--repo", help="Only this repo (repeatable); default all.")
+    ] = None,
+) -> None:
+    """Copy indexed chunks with their vectors from one store to the other, without embedding
+    again (TRACEHOUND_CHROMA_URL and TRACEHOUND_PG_URL say where each is). Run it again after
+    an interruption: chunks are written by id. Then set TRACEHOUND_VECTOR_STORE to the target."""
+    from shared.core.errors import TracehoundError
+    from shared.index.transfer import copy_vectors
+    from shared.index.vectors import open_vector_store
+
+    kinds = ("chroma", "pgvector")
+    if source not in kinds or target not in kinds or source == target:
+        err.print("[red]error:[/red] --from and --to are chroma and pgvector, one each")
+        raise typer.Exit(2)
+    settings = load_settings()
+    stores = [
+        open_vector_store(settings.model_copy(update={"vector_store": k})) for k in (source, target)
+    ]
+
+    def progress(name: str, done: int) -> None:
+        err.print(f"{name}: {done} chunks copied", highlight=False, markup=False)
+
+    try:
+        copied = copy_vectors(stores[0], stores[1], repo or None, progress=progress)
+    except TracehoundError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from exc
+    bad = 0
+    for c in copied:
+        same = c.target >= c.source
+        bad += not same
+        out.print(
+            f"{c.repo}: {c.chunks} chunks copied; {source} holds {c.source}, {target} {c.target}"
+            + ("" if same else "  (the target holds fewer: copy again)"),
+            highlight=False,
+            markup=False,
+        )
+    if not copied:
+        err.print(f"nothing to copy: {source} holds no repo", highlight=False)
+    raise typer.Exit(1 if bad else 0)
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from celery import Celery
 from starlette.applications import Starlette
@@ -21,6 +21,7 @@ from shared.core.errors import PermanentError
 from shared.core.persistence import persistence_warning
 from shared.core.settings import Settings
 from shared.groups.submit import Intake
+from shared.index.store_health import StoreHealth, store_health
 
 
 def create_app(
@@ -37,6 +38,7 @@ def create_app(
     slack_signing_secret: str | None = None,
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
     allowed_origins: Sequence[str] = (),
+    store_check: Callable[[], StoreHealth] | None = None,
 ) -> Starlette:
     """The ingest ASGI app; ``intake`` redacts, groups and enqueues by task name (no worker
     code is imported). Besides ``/v1/events`` it serves what error SDKs send
@@ -63,7 +65,18 @@ def create_app(
             warning = await run_in_threadpool(persistence_warning, intake.groups.r)
         except Exception as exc:  # any failure to reach the broker means not ready
             return JSONReply({"status": "unavailable", "redis": str(exc)}, status_code=503)
-        return JSONReply({"status": "ready", "warnings": [warning] if warning else []})
+        warnings = [warning] if warning else []
+        body: dict[str, object] = {"status": "ready", "warnings": warnings}
+        if store_check is not None:
+            # Reported, not a 503: errors still come in; retrieval goes keyword-only.
+            store = await run_in_threadpool(store_check)
+            body["vector_store"] = store.as_dict()
+            if not store.ok:
+                warnings.append(
+                    f"the vector store ({store.kind}, {store.where}) does not answer: "
+                    f"{store.detail}; analyses use keyword search only until it does"
+                )
+        return JSONReply(body)
 
     limits = SdkLimits(max_body_bytes, max_trace_bytes, max_records, read_timeout)
     # The Slack app's Request URL for button presses (slack_routes.py), when set up.
@@ -125,5 +138,6 @@ def serve(settings: Settings, *, host: str, port: int, service: str | None) -> N
         ),
         allowed_hosts=allowed_hosts_for(host, settings.ingest_allowed_hosts),
         allowed_origins=settings.ingest_allowed_origins,
+        store_check=lambda: store_health(settings),
     )
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -194,6 +195,21 @@ class Chunk(Frozen):
         if self.symbol:  # Chroma metadata values must not be None
             meta["symbol"] = self.symbol
         return meta
+
+    @classmethod
+    def from_metadata(cls, chunk_id: str, text: str, meta: Mapping[str, Any]) -> Chunk:
+        """The chunk a vector store kept as its id, text and ``metadata()``."""
+        return cls(
+            id=chunk_id,
+            repo=str(meta["repo"]),
+            path=str(meta["path"]),
+            start_line=int(meta["start_line"]),
+            end_line=int(meta["end_line"]),
+            language=str(meta.get("language", "")),
+            content_hash=str(meta.get("content_hash", "")),
+            text=text,
+            symbol=str(meta.get("symbol", "")),
+        )
 
 
 class ChunkHit(Frozen):

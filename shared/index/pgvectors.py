@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from shared.core.domain import Chunk, ChunkHit
@@ -80,7 +80,7 @@ class PgVectorIndex:
 
     def _connection(self) -> Any:
         if self._conn is None or self._conn.closed:
-            import psycopg  # heavy: import only in processes that use the index
+            psycopg = _client()
             from pgvector.psycopg import register_vector
 
             ms = int(self._timeout * 1000)
@@ -101,9 +101,8 @@ class PgVectorIndex:
 
     def _run(self, what: str, op: Callable[[Any], T]) -> T:
         """``op(connection)`` in one transaction, with errors mapped as Chroma's are."""
-        import psycopg
-        from psycopg import errors
-
+        psycopg = _client()
+        errors = psycopg.errors
         try:
             conn = self._connection()
             try:
@@ -117,9 +116,9 @@ class PgVectorIndex:
         except errors.UndefinedTable as exc:
             raise TransientError(f"pgvector {what}: {exc}") from exc
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            # Unreachable, gone away (AdminShutdown), or a statement or lock timeout
+            # (QueryCanceled, LockNotAvailable): worth another try on a fresh connection.
             self._drop()
-            raise TransientError(f"pgvector {what}: {type(exc).__name__}: {exc}") from exc
-        except (errors.QueryCanceled, errors.LockNotAvailable) as exc:  # statement timeout
             raise TransientError(f"pgvector {what}: {type(exc).__name__}: {exc}") from exc
         except psycopg.Error as exc:
             raise PermanentError(f"pgvector {what}: {type(exc).__name__}: {exc}") from exc
@@ -226,6 +225,48 @@ class PgVectorIndex:
 
         return self._run("ids_for_path", op)
 
+    def repos(self) -> list[str]:
+        return self._run(
+            "repos",
+            lambda conn: [r[0] for r in conn.execute("SELECT repo FROM th_repos ORDER BY 1")],
+        )
+
+    def count(self, repo: str) -> int:
+        def op(conn: Any) -> int:
+            table = self._table(conn, repo)
+            return (
+                0
+                if table is None
+                else int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+            )
+
+        return self._run("count", op)
+
+    def export(self, repo: str, batch: int) -> Iterator[tuple[list[Chunk], list[list[float]]]]:
+        """Every chunk of ``repo`` with its vector, ``batch`` at a time (in id order, each page
+        its own transaction)."""
+        after = ""
+        while True:
+
+            def page(conn: Any, after: str = after) -> list[tuple[Any, ...]]:
+                table = self._table(conn, repo)
+                if table is None:
+                    return []
+                return list(
+                    conn.execute(
+                        f"SELECT id, document, metadata, embedding FROM {table}"
+                        " WHERE id > %s ORDER BY id LIMIT %s",
+                        (after, batch),
+                    )
+                )
+
+            rows = self._run("export", page)
+            if not rows:
+                return
+            chunks = [Chunk.from_metadata(cid, doc, meta) for cid, doc, meta, _ in rows]
+            yield chunks, [_floats(vec) for *_, vec in rows]
+            after = rows[-1][0]
+
     def query(self, repo: str, vector: Sequence[float], n: int) -> list[ChunkHit]:
         import numpy as np
 
@@ -255,6 +296,18 @@ class PgVectorIndex:
             ]
 
         return self._run("query", op)
+
+
+def _client() -> Any:
+    """psycopg, with pgvector's adapters importable; heavy, so imported only where used."""
+    try:
+        import pgvector.psycopg  # noqa: F401
+        import psycopg
+    except ImportError as exc:
+        raise PermanentError(
+            f"TRACEHOUND_VECTOR_STORE=pgvector needs {exc.name}: pip install 'tracehound[pgvector]'"
+        ) from exc
+    return psycopg
 
 
 def schema_version(conn: Any) -> int:
@@ -323,3 +376,9 @@ def _create_table(conn: Any, repo: str, dimensions: int) -> tuple[str, int]:
         (repo, table, dimensions),
     )
     return table, dimensions
+
+
+def _floats(vector: Any) -> list[float]:
+    """A stored vector as floats (pgvector's adapter hands back its ``Vector``)."""
+    values = vector.to_list() if hasattr(vector, "to_list") else vector
+    return [float(x) for x in values]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlparse
@@ -32,9 +32,13 @@ class VectorIndex(Protocol):
 
 
 class VectorStore(VectorIndex, Protocol):
-    """A vector index behind a server: connected ahead of the first call (Clients.warm)."""
+    """A vector index behind a server: connected ahead of the first call (Clients.warm), and
+    read whole for ``tracehound vectors copy`` (shared/index/transfer.py)."""
 
     def connect(self) -> None: ...
+    def repos(self) -> list[str]: ...
+    def count(self, repo: str) -> int: ...
+    def export(self, repo: str, batch: int) -> Iterator[tuple[list[Chunk], list[list[float]]]]: ...
 
 
 def open_vector_store(settings: Settings) -> VectorStore:
@@ -177,6 +181,41 @@ class ChromaVectorIndex:
     def ids_for_path(self, repo: str, path: str) -> list[str]:
         got = self._run(repo, "get", lambda col: col.get(where={"path": path}, include=[]))
         return list(got["ids"])
+
+    def repos(self) -> list[str]:
+        """The repos with a collection of tracehound's (its metadata names the repo)."""
+        client = self._connect()
+        found = []
+        for col in _guard("list", lambda: client.list_collections()):
+            repo = (col.metadata or {}).get("repo")
+            if isinstance(repo, str) and col.name == collection_name(repo):
+                found.append(repo)
+        return sorted(found)
+
+    def count(self, repo: str) -> int:
+        return int(self._run(repo, "count", lambda col: col.count()))
+
+    def export(self, repo: str, batch: int) -> Iterator[tuple[list[Chunk], list[list[float]]]]:
+        """Every chunk of ``repo`` with its vector, ``batch`` at a time."""
+        offset = 0
+        while True:
+
+            def page(col: Any, at: int = offset) -> Any:
+                return col.get(
+                    include=["embeddings", "documents", "metadatas"], limit=batch, offset=at
+                )
+
+            got = self._run(repo, "get", page)
+            if not got["ids"]:
+                return
+            chunks = [
+                Chunk.from_metadata(cid, doc or "", meta)
+                for cid, doc, meta in zip(
+                    got["ids"], got["documents"], got["metadatas"], strict=True
+                )
+            ]
+            yield chunks, [[float(x) for x in v] for v in got["embeddings"]]
+            offset += len(got["ids"])
 
     def query(self, repo: str, vector: Sequence[float], n: int) -> list[ChunkHit]:
         res = self._run(

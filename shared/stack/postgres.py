@@ -31,8 +31,9 @@ def bin_dir() -> Path:
     spec = importlib.util.find_spec("pgserver")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(
-            "the bundled PostgreSQL comes with the pgvector extra: "
-            "pip install 'tracehound[pgvector]'"
+            "the bundled PostgreSQL comes with the pgserver extra: "
+            "pip install 'tracehound[pgserver]' (or set TRACEHOUND_PG_URL to a PostgreSQL "
+            "with pgvector)"
         )
     found = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
     if not (found / "postgres").exists():

@@ -2,7 +2,9 @@
 supervisor and kept running; every other command finds it through the data dir's state file.
 
 The topology is compose's (localstack.WORKER_GROUPS): a private redis-server (append-only, in
-DATA_DIR/redis), a ``chroma run`` server (DATA_DIR/chroma), one celery worker per model queue at
+DATA_DIR/redis), the vector store — a ``chroma run`` server (DATA_DIR/chroma), or with
+``--vector-store pgvector`` the PostgreSQL at TRACEHOUND_PG_URL or else a bundled one
+(DATA_DIR/postgres, shared/stack/postgres.py) — one celery worker per model queue at
 concurrency 1 and the CPU worker, and the HTTP ingest endpoint. Each child logs to
 DATA_DIR/logs/NAME.log.
 """
@@ -26,6 +28,7 @@ from rich.console import Console
 from rich.panel import Panel
 from rich.table import Table
 
+from shared.index.store_health import mask_password
 from shared.models.health import has_model, ollama_models
 from shared.stack import stackfile
 from shared.stack.children import free_port, spawn, wait_until
@@ -44,6 +47,7 @@ from shared.stack.localstack import (
     wait_for_consumers,
     worker_specs,
 )
+from shared.stack.postgres import bin_dir, init_cluster, postgres_spec
 from shared.stack.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -61,6 +65,8 @@ class UpOptions:
     ollama_url: str = ""  # the configured one, checked (not used with --simulate)
     models: tuple[str, ...] = ()  # what it must have pulled
     slack_listen: bool = False  # TRACEHOUND_SLACK_APP_TOKEN is set: receive button presses
+    vector_store: str = "chroma"  # or "pgvector"
+    pg_url: str | None = None  # pgvector: use this server instead of a bundled one
 
 
 def check_data_dir(data_dir: Path) -> str | None:
@@ -90,7 +96,11 @@ def check_can_start(opts: UpOptions) -> str | None:
     """What prevents starting (a missing program, the ingest port taken), or None."""
     try:
         redis_executable()
-        chroma_executable()
+        if opts.vector_store == "pgvector":
+            if not opts.pg_url:
+                bin_dir()
+        else:
+            chroma_executable()
     except RuntimeError as exc:
         return str(exc)
     if not port_free(opts.ingest_port):
@@ -229,10 +239,12 @@ def _supervise(opts: UpOptions, err: Console) -> int:
         redis_url = sup.start(
             redis_spec(data_dir, free_port(), appendonly=True, name="redis")
         ).spec.url
-        chroma_url = sup.start(chroma_spec(data_dir, free_port())).spec.url
-        assert redis_url and chroma_url
-        provided |= {"redis_url": redis_url, "chroma_url": chroma_url}
-        env |= {"TRACEHOUND_REDIS_URL": redis_url, "TRACEHOUND_CHROMA_URL": chroma_url}
+        assert redis_url
+        store = _start_store(opts, sup)
+        provided |= {"redis_url": redis_url, **store}
+        env |= {"TRACEHOUND_REDIS_URL": redis_url}
+        env |= {f"{stackfile.ENV_PREFIX}{k.upper()}": v for k, v in store.items()}
+        store_url = store.get("chroma_url") or mask_password(store.get("pg_url", ""))
         for spec in worker_specs(WORKER_GROUPS, env):
             sup.start(spec)
         queues = [q for qs, _ in WORKER_GROUPS.values() for q in qs]
@@ -245,7 +257,7 @@ def _supervise(opts: UpOptions, err: Console) -> int:
         log.info("up.ready", extra={"data_dir": str(data_dir), "ingest": ingest_url})
         err.print(
             f"tracehound is up on {data_dir}: ingest {ingest_url}/v1/events, redis "
-            f"{redis_url}, chroma {chroma_url}; logs in {data_dir / 'logs'}. "
+            f"{redis_url}, {opts.vector_store} {store_url}; logs in {data_dir / 'logs'}. "
             "Ctrl-C or `tracehound down` stops it.",
             highlight=False,
         )
@@ -267,6 +279,21 @@ def _supervise(opts: UpOptions, err: Console) -> int:
         stackfile.remove_state(data_dir)
         log.info("up.stopped", extra={"data_dir": str(data_dir)})
     return code
+
+
+def _start_store(opts: UpOptions, sup: Supervisor) -> dict[str, str]:
+    """Start the vector store (unless it is an outside PostgreSQL); the settings it provides."""
+    if opts.vector_store != "pgvector":
+        chroma_url = sup.start(chroma_spec(opts.data_dir, free_port())).spec.url
+        assert chroma_url
+        return {"vector_store": "chroma", "chroma_url": chroma_url}
+    if opts.pg_url:
+        return {"vector_store": "pgvector", "pg_url": opts.pg_url}
+    pgdata = opts.data_dir / "postgres"
+    init_cluster(pgdata)
+    pg_url = sup.start(postgres_spec(pgdata, free_port())).spec.url
+    assert pg_url
+    return {"vector_store": "pgvector", "pg_url": pg_url}
 
 
 def run_detached(argv: Sequence[str], opts: UpOptions, *, err: Console) -> int:

@@ -13,6 +13,8 @@ import os
 import random
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -20,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 import redis
@@ -43,7 +46,7 @@ from shared.index.reindex import index_repository
 from shared.index.vectors import ChromaVectorIndex
 from shared.intake.events import parse_event
 from shared.stack.children import Proc, wait_until
-from shared.stack.localstack import LocalStack, simulator_env
+from shared.stack.localstack import LocalStack, simulator_env, start_ingest
 from shared.stack.postgres import start_postgres
 from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL
 
@@ -422,13 +425,78 @@ def test_postgres_down_at_query_time_says_vector_search_failed_and_keywords_stil
     index_repository(pg_sender, SAMPLE_SERVICE, "sample", max_bytes=1_000_000, timeout=120)
     proc = next(p for p in pg_stack.procs if p.name == "postgres")
     port = int(pg_stack.env["TRACEHOUND_PG_URL"].rsplit(":", 1)[1].split("/")[0])
-    proc.stop()
+    ingest, url = start_ingest(pg_stack.workdir, pg_stack.env)
     try:
+        assert httpx.get(f"{url}/readyz", timeout=10).json()["vector_store"]["ok"]
+        proc.stop()
+        # Ingest stays ready (errors still come in) and says what is missing.
+        ready = httpx.get(f"{url}/readyz", timeout=10)
+        assert ready.status_code == 200 and not ready.json()["vector_store"]["ok"]
+        assert any("keyword search only" in w for w in ready.json()["warnings"])
         event = parse_event(TRACE, service=f"pg-down-{uuid.uuid4().hex[:6]}", repo="sample")
         result = enqueue_error(pg_sender, event).get(timeout=180)
     finally:
-        pg_stack.procs.remove(proc)
-        restarted, _ = start_postgres(pg_stack.workdir, port)
-        pg_stack.procs.append(restarted)
+        ingest.stop()
+        if proc in pg_stack.procs:
+            pg_stack.procs.remove(proc)
+            restarted, _ = start_postgres(pg_stack.workdir, port)
+            pg_stack.procs.append(restarted)
     assert any("vector search failed" in n for n in result["notes"])
     assert BUGGY in [f.split(":")[0] for f in result["top_files"][:3]]
+
+
+# --- moving an index between stores ----------------------------------------------------------
+
+
+def test_vectors_copy_moves_an_index_from_chroma_without_embedding_and_again_doubles_nothing(
+    database: str, settings: Settings, tmp_path: Path
+) -> None:
+    chroma = ChromaVectorIndex(url=settings.chroma_url)
+    repos = [f"copy-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    sizes = {repos[0]: 2500, repos[1]: 7}  # three pages, and less than one
+    vectors = {r: unit_vectors(n, 16, seed=i) for i, (r, n) in enumerate(sizes.items())}
+    for r, n in sizes.items():
+        chroma.upsert(r, [chunk(i, path=f"m{i % 9}.py", repo=r) for i in range(n)], vectors[r])
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("TRACEHOUND_")},
+        "TRACEHOUND_CHROMA_URL": settings.chroma_url or "",
+        "TRACEHOUND_PG_URL": database,
+        "TRACEHOUND_DATA_DIR": str(tmp_path),
+    }
+
+    def copy(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "producers.cli", "vectors", "copy", *args]
+        for r in repos:
+            argv += ["--repo", r]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+
+    done = copy("--from", "chroma", "--to", "pgvector")
+    assert done.returncode == 0, done.stderr
+    assert f"{repos[0]}: 2500 chunks copied; chroma holds 2500, pgvector 2500" in done.stdout
+    pg_index = PgVectorIndex(url=database, timeout=10)
+    for r, n in sizes.items():
+        assert pg_index.count(r) == n
+        q = vectors[r][3]
+        ours, theirs = pg_index.query(r, q, 5), chroma.query(r, q, 5)
+        assert ours[0].chunk_id == theirs[0].chunk_id == f"{r}-3" and ours[0].score > 0.9999
+        assert ours[0].text == theirs[0].text and ours[0].path == theirs[0].path
+    [moved] = [c for c, _ in [next(pg_index.export(repos[1], 100))]]
+    assert {c.id for c in moved} == {f"{repos[1]}-{i}" for i in range(7)}
+    assert all(c.language == "python" and c.content_hash for c in moved)
+
+    again = copy("--from", "chroma", "--to", "pgvector")  # an interrupted copy is run again
+    assert again.returncode == 0 and pg_index.count(repos[0]) == 2500
+    back = copy("--from", "pgvector", "--to", "chroma")
+    assert back.returncode == 0, back.stderr
+    assert chroma.count(repos[0]) == 2500
+    pg_index.close()
+
+
+def test_vectors_copy_refuses_a_store_it_does_not_know() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "producers.cli", "vectors", "copy", "--from", "chroma", "--to", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "chroma and pgvector" in done.stderr

@@ -340,3 +340,66 @@ def test_a_crash_looping_child_is_restarted_with_capped_backoff(tmp_path: Path) 
     # Backoff grows to the cap: the last gaps are at least the cap, never a spin.
     gaps = [b - a for a, b in itertools.pairwise(stamps)]
     assert len(gaps) == 5 and min(gaps[-2:]) >= 0.2
+
+
+@pytest.mark.timeout(600)
+def test_up_with_pgvector_runs_a_bundled_postgres_that_status_readyz_and_an_analysis_use(
+    home: Path,
+) -> None:
+    """``up --vector-store pgvector`` with no TRACEHOUND_PG_URL: a PostgreSQL with pgvector of
+    its own under the data dir, in place of Chroma; every command finds it through the stack."""
+    data_dir = home / ".tracehound"
+    port = stable_port()
+    pids: list[int] = []
+    started = th(
+        ["up", "--detach", "--simulate", "--vector-store", "pgvector", "--ingest-port", str(port)],
+        home,
+    )
+    try:
+        assert started.returncode == 0, started.stderr + started.stdout
+        state = stackfile.read_state(data_dir)
+        assert state is not None
+        names = {c.name for c in state.children}
+        assert "postgres" in names and "chroma" not in names
+        assert state.settings["vector_store"] == "pgvector"
+        assert (data_dir / "postgres" / "PG_VERSION").exists()
+
+        indexed = th(["index", str(SAMPLE_SERVICE), "--repo", REPO], home)
+        assert indexed.returncode == 0, indexed.stderr
+        token = th(["token"], home).stdout.strip()
+        assert post_error(state.ingest_url, "shop-pg", token)["new"]
+        slack = state.settings["slack_base_url"]
+        wait_until(lambda: delivered(slack, "shop-pg"), 180, "the analysis in Slack")
+
+        status = th(["status"], home)
+        assert status.returncode == 0, status.stderr
+        shown = said(status.stdout)
+        assert "vector store: pgvector at postgresql://postgres@127.0.0.1:" in shown
+        assert "answers (PostgreSQL 16" in shown and "pgvector 0.6" in shown
+        assert "schema 1, 1 repo(s)" in shown
+        ready = httpx.get(f"{state.ingest_url}/readyz", timeout=10).json()
+        assert ready["vector_store"]["kind"] == "pgvector" and ready["vector_store"]["ok"]
+
+        # PostgreSQL killed -9 (server and backends): the supervisor starts it again on its
+        # data, and what was indexed is still there.
+        pg = child(data_dir, "postgres")
+        assert pg.pid is not None
+        os.killpg(pg.pid, signal.SIGKILL)
+        wait_until(
+            lambda: (
+                child(data_dir, "postgres").restarts == 1
+                and child(data_dir, "postgres").state == "running"
+            ),
+            60,
+            "postgres restarted",
+        )
+        wait_until(
+            lambda: "schema 1, 1 repo(s)" in said(th(["status"], home).stdout),
+            60,
+            "the restarted PostgreSQL answering with the index",
+        )
+        pids = [c.pid for c in (stackfile.read_state(data_dir) or state).children if c.pid]
+    finally:
+        stopped = th(["down"], home)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not [p for p in pids if alive(p)]

@@ -76,3 +76,28 @@ def test_the_chroma_server_runs_from_the_workers_own_chromadb(services: dict[str
     assert chroma["command"][:2] == ["chroma", "run"]
     assert option(chroma["command"], "--path") == "/data"
     assert any(v == "chroma-data:/data" for v in chroma["volumes"])
+
+
+def test_the_pgvector_profile_runs_a_postgres_the_workers_url_names(
+    services: dict[str, Any],
+) -> None:
+    """Chroma stays the default; the pgvector profile adds a PostgreSQL with the extension,
+    and the workers' default TRACEHOUND_PG_URL reaches it with its own user and database."""
+    from urllib.parse import urlsplit
+
+    pg = services["pgvector"]
+    assert pg["profiles"] == ["pgvector"] and pg["image"].startswith("pgvector/pgvector:pg")
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in pg["volumes"])
+    assert all(p.startswith("127.0.0.1:") for p in pg["ports"])
+    assert "pg_isready" in pg["healthcheck"]["test"]
+    env = services["worker-cpu"]["environment"]
+    assert env["TRACEHOUND_VECTOR_STORE"] == "${TRACEHOUND_VECTOR_STORE:-chroma}"
+    default = env["TRACEHOUND_PG_URL"].removeprefix("${TRACEHOUND_PG_URL:-").removesuffix("}")
+    url = urlsplit(default)
+    assert (url.hostname, url.port) == ("pgvector", 5432)
+    assert url.username == pg["environment"]["POSTGRES_USER"]
+    assert url.password == pg["environment"]["POSTGRES_PASSWORD"]
+    assert url.path == "/" + pg["environment"]["POSTGRES_DB"]
+    # The image's tracehound can talk to it: the Dockerfile installs the pgvector extra.
+    dockerfile = (COMPOSE.parent / "Dockerfile").read_text()
+    assert "'.[pgvector]'" in dockerfile
