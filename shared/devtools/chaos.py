@@ -125,6 +125,8 @@ class Rig:
         self.port = int(self.redis_url.rsplit(":", 1)[1].split("/")[0])
         self.client = redis.Redis.from_url(self.redis_url)
         self.tails: list[Proc] = []
+        self.state = workdir / "data" / "tail" / f"{SERVICE}.json"
+        self.last_start = 0.0  # when the latest tailer was started (time.time())
 
     def env(self) -> dict[str, str]:
         return {
@@ -136,7 +138,8 @@ class Rig:
     def start_tail(self, pattern: str, *extra: str, ready: bool = True) -> Proc:
         """A ``tracehound tail`` process; with ``ready``, once its first scan is saved (the
         first run reads files already there from their end, as tail -F does)."""
-        state = self.workdir / "data" / "tail" / f"{SERVICE}.json"
+        state = self.state
+        self.last_start = time.time()
         proc = spawn(
             f"tail-{len(self.tails)}",
             [tracehound_executable(), "tail", pattern, "--service", SERVICE, *extra],
@@ -199,18 +202,27 @@ class Rig:
         return found
 
     def settle(self, expected: int, timeout: float = 120.0, quiet: float = 3.0) -> None:
-        """Until every expected marker is delivered, or nothing new arrived for ``quiet`` s."""
+        """Until every expected marker is delivered, or nothing new arrived for ``quiet`` s
+        while the latest tailer runs (it saved its checkpoints since it was started: one
+        restarted after a kill -9 may take seconds to start on a loaded machine, and a quiet
+        spell before it reads is not the end)."""
         deadline = time.monotonic() + timeout
         last, since = -1, time.monotonic()
         while time.monotonic() < deadline:
             n = self.client.llen("embed") + self.client.hlen(keys.DEFERRED_MESSAGES)
-            if n != last:
+            if n != last or not self._saved_since_start():
                 last, since = n, time.monotonic()
             elif (
                 n >= expected and time.monotonic() - since >= 0.5
             ) or time.monotonic() - since >= quiet:
                 return
             time.sleep(0.2)
+
+    def _saved_since_start(self) -> bool:
+        try:
+            return self.state.stat().st_mtime >= self.last_start
+        except OSError:
+            return False
 
     def outcome(self, scenario: str, written: int, seconds: float) -> Outcome:
         markers, chains = self.delivered()
