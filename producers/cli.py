@@ -590,6 +590,15 @@ def eval_(
             "lookups' weight too).",
         ),
     ] = None,
+    vector_store: Annotated[
+        str,
+        typer.Option(
+            "--vector-store",
+            help="Where the vector signal searches: memory (exact, the default), or chroma or "
+            "pgvector (the configured server; each corpus written to it once), to compare the "
+            "stores' approximate indexes on the same cases and embeddings.",
+        ),
+    ] = "memory",
 ) -> None:
     """Measure retrieval on bug-localization cases: file-level Recall@1/3/5/10 and MRR per mode."""
     from shared.devtools.eval_command import EvalOptions, run_eval_command
@@ -606,6 +615,7 @@ def eval_(
         max_seq_length=max_seq_length,
         cache_dir=cache_dir,
         cv=cv,
+        vector_store=vector_store,
     )
     raise typer.Exit(run_eval_command(load_settings(), options, out=out, err=err))
 

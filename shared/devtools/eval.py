@@ -23,18 +23,20 @@ import numpy as np
 from rank_bm25 import BM25Okapi
 
 from shared.core.domain import Candidate, Chunk, ChunkHit, ErrorEvent
+from shared.core.errors import PermanentError
 from shared.devtools.calibration import suggest_threshold
 from shared.devtools.followup import LOOKUP_WEIGHT, Lookups, run_lookups, with_lookups
 from shared.index.chunking import CHUNKER_VERSION, chunk_file, defined_names, embedding_text
 from shared.index.reindex import IndexReport, collect
 from shared.index.tokens import tokenize
+from shared.index.vectors import VectorStore
 from shared.intake.events import from_text
 from shared.intake.frames import PathMapper
 from shared.intake.trace import with_trace
 from shared.models.embedder import Embedder
 from shared.models.reranker import Reranker, rerank_candidates
 from shared.retrieve.evidence import lexical_overlap
-from shared.retrieve.hybrid import Ranking, hybrid_retrieve
+from shared.retrieve.hybrid import Ranking, VectorSearch, hybrid_retrieve
 from shared.retrieve.keywords import MAX_DEFINITIONS, chunks_covering, defining, symbol_table
 from shared.retrieve.query import compose_query, named_symbols
 
@@ -404,12 +406,17 @@ def run_eval(
     followup_rounds: int = 3,
     followup_budget: int = 6000,
     followup_weight: float = LOOKUP_WEIGHT,
+    vector_store: VectorStore | None = None,
 ) -> EvalReport:
     """Every case's ranked files per mode; cases are grouped so each corpus is indexed once.
 
     ``on_case`` receives each case's signals as mode ``all`` retrieves them (crossval.py),
     retrieved ``collect_depth`` deep (default: ``depth``), and the symbols signal's chunks
     under each symbol cap of ``collect_caps``.
+
+    ``vector_store``: the vector signal asks this store (Chroma, pgvector; each corpus written
+    to it under the corpus's name, once) instead of the exact in-memory search, so the stores'
+    approximate indexes can be compared on the same cases and the same embeddings.
 
     With a reranker, each +rerank mode also suggests a minimum relevance: the best rerank
     score that separates cases whose first ``shown`` files hold the fix from those that do not.
@@ -441,6 +448,10 @@ def run_eval(
             vectors = embed_chunks(chunks, embedder, cache, on_progress=progress)
         index = MemoryIndex(chunks, vectors)
         say(f"indexed {corpus_name}: {len(index.by_path)} files, {len(chunks)} chunks")
+        searcher: VectorSearch = index
+        if vector_store is not None and vectors is not None:
+            fill_store(vector_store, corpus_name, chunks, vectors)
+            searcher = vector_store
         mapper = index.path_mapper(corpus_name)
         for case in group:
             # A bug report is an error by definition, whatever words its first line holds.
@@ -469,7 +480,7 @@ def run_eval(
                     corpus_name,
                     query,
                     vector,
-                    vectors=index,
+                    vectors=searcher,
                     keywords=index,
                     locator=index,
                     depth=depth,
@@ -479,7 +490,7 @@ def run_eval(
                     frames=composed.frames,
                 )
                 again = partial(
-                    hybrid_retrieve, corpus_name, query, vector, vectors=index, keywords=index,
+                    hybrid_retrieve, corpus_name, query, vector, vectors=searcher, keywords=index,
                     locator=index, rrf_k=rrf_k, signals=MODE_SIGNALS[base], prior=prior,
                     frames=composed.frames,
                 )  # fmt: skip
@@ -533,6 +544,23 @@ def run_eval(
         suggested = suggest_threshold(points)
         report.overlap_calibration[mode] = suggested.to_json() if suggested else None
     return report
+
+
+def fill_store(
+    store: VectorStore, corpus: str, chunks: Sequence[Chunk], vectors: np.ndarray
+) -> int:
+    """Write the corpus's chunks that ``store`` lacks (by id); returns how many. A store that
+    holds more than the corpus (another chunker's chunks) is refused: it would be measured."""
+    held = store.existing_ids(corpus, [c.id for c in chunks])
+    missing = [i for i, c in enumerate(chunks) if c.id not in held]
+    if missing:
+        store.bulk_load(corpus, [chunks[i] for i in missing], vectors[missing].tolist())
+    if store.count(corpus) != len(chunks):
+        raise PermanentError(
+            f"the vector store holds {store.count(corpus)} chunks of {corpus}, the corpus "
+            f"{len(chunks)}: measure on an empty store (another chunker's chunks are there)"
+        )
+    return len(missing)
 
 
 def _hand_signals(

@@ -17,7 +17,7 @@ from typing import Any
 import redis
 from rich.console import Console
 
-from shared.core.errors import PermanentError
+from shared.core.errors import PermanentError, TransientError
 from shared.core.settings import Settings
 from shared.devtools.crossval import (
     DEPTHS,
@@ -66,6 +66,7 @@ class EvalOptions:
     max_seq_length: int | None
     cache_dir: Path | None
     cv: str | None
+    vector_store: str = "memory"  # or chroma, pgvector: the vector signal from that store
 
 
 def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err: Console) -> int:
@@ -104,6 +105,14 @@ def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err
     if opts.cv and "all" not in wanted:
         wanted.append("all")  # the signals the cross-validation re-fuses come from it
     collector = Collector(followup=any(m.endswith(FOLLOWUP_SUFFIX) for m in wanted))
+    if opts.vector_store not in ("memory", "chroma", "pgvector"):
+        err.print(f"[red]--vector-store {opts.vector_store}: memory, chroma or pgvector")
+        return 2
+    store = (
+        None
+        if opts.vector_store == "memory"
+        else open_vector_store(settings.model_copy(update={"vector_store": opts.vector_store}))
+    )
     cache = EmbeddingCache((opts.cache_dir or settings.data_dir / "eval-cache") / "vectors.sqlite")
     try:
         report = run_eval(
@@ -123,8 +132,9 @@ def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err
             collect_caps=SYMBOL_CAPS,
             followup_rounds=settings.analysis_rounds,
             followup_budget=settings.analysis_tool_chars,
+            vector_store=store,
         )
-    except PermanentError as exc:
+    except (PermanentError, TransientError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         return 2
     finally:

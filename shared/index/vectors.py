@@ -36,6 +36,9 @@ class VectorStore(VectorIndex, Protocol):
     read whole for ``tracehound vectors copy`` (shared/index/transfer.py)."""
 
     def connect(self) -> None: ...
+    def bulk_load(
+        self, repo: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]
+    ) -> None: ...
     def repos(self) -> list[str]: ...
     def count(self, repo: str) -> int: ...
     def export(self, repo: str, batch: int) -> Iterator[tuple[list[Chunk], list[list[float]]]]: ...
@@ -173,6 +176,12 @@ class ChromaVectorIndex:
                 col.upsert(**kwargs)
 
             self._run(repo, "upsert", upsert_part)
+
+    def bulk_load(
+        self, repo: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]
+    ) -> None:
+        """Chroma has no faster path for many chunks than its batched upsert."""
+        self.upsert(repo, chunks, vectors)
 
     def delete(self, repo: str, ids: Sequence[str]) -> None:
         if ids:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import psycopg
 import pytest
 import redis
@@ -500,3 +501,66 @@ def test_vectors_copy_refuses_a_store_it_does_not_know() -> None:
         timeout=60,
     )
     assert done.returncode == 2 and "chroma and pgvector" in done.stderr
+
+
+def test_eval_on_pgvector_ranks_as_the_exact_search_and_writes_a_corpus_once(
+    database: str, tmp_path: Path
+) -> None:
+    """``tracehound eval --vector-store pgvector``: the vector signal from PostgreSQL, the
+    corpus written once (by id), the same files first as the exact in-memory search."""
+    from shared.devtools.eval import SimulatorEmbedder, fill_store, load_cases, run_eval
+    from tests.unit.test_eval import cases_file, corpora_at
+
+    corpora = corpora_at(tmp_path)
+    cases = load_cases(cases_file(tmp_path))
+    store = PgVectorIndex(url=database, timeout=10)
+    runs = {}
+    for name, vector_store in (("memory", None), ("pgvector", store)):
+        runs[name] = run_eval(
+            cases, corpora, embedder=SimulatorEmbedder(), modes=["vector", "all"],
+            vector_store=vector_store,
+        )  # fmt: skip
+    # The same file first for every case, and the same files; below the first, chunks that
+    # share nothing with the query tie at 0 and either store may order them otherwise.
+    per_case = {
+        name: [
+            (c["id"], c["modes"]["vector"]["files"][0], sorted(c["modes"]["vector"]["files"]))
+            for c in r.to_json()["cases"]
+        ]
+        for name, r in runs.items()
+    }
+    assert per_case["pgvector"] == per_case["memory"]
+    assert store.count("shop-1.0") > 0
+    # Run again: nothing to write. A store with chunks the corpus lacks is refused.
+    chunks = next(iter(store.export("shop-1.0", 1000)))[0]
+    assert fill_store(store, "shop-1.0", chunks, np.zeros((len(chunks), 256))) == 0
+    store.upsert("shop-1.0", [chunk(1, repo="shop-1.0")], unit_vectors(1, 256, seed=1))
+    with pytest.raises(PermanentError, match="measure on an empty store"):
+        fill_store(store, "shop-1.0", chunks, np.zeros((len(chunks), 256)))
+    store.close()
+
+
+def test_a_bulk_load_answers_as_upserts_do_and_a_failed_one_leaves_the_repo_as_it_was(
+    database: str,
+) -> None:
+    index = PgVectorIndex(url=database, timeout=30)
+    chunks = [chunk(i, path=f"m{i % 7}.py", repo="bulk") for i in range(1500)]
+    vectors = unit_vectors(len(chunks), 16, seed=3)
+    index.bulk_load("bulk", chunks, vectors)
+    index.upsert("rows", [chunk(i, path=f"m{i % 7}.py", repo="rows") for i in range(1500)], vectors)
+    for q in unit_vectors(10, 16, seed=4):
+        bulk = [(h.chunk_id.split("-")[1], round(h.score, 5)) for h in index.query("bulk", q, 10)]
+        rows = [(h.chunk_id.split("-")[1], round(h.score, 5)) for h in index.query("rows", q, 10)]
+        assert bulk[0] == rows[0] and len(bulk) == 10
+    # Again with new texts for the same ids: merged, not doubled; the index is rebuilt.
+    again = [Chunk(**{**c.__dict__, "text": "v2"}) for c in chunks]
+    index.bulk_load("bulk", again, vectors)
+    assert index.count("bulk") == 1500
+    assert index.query("bulk", vectors[7], 1)[0].text == "v2"
+    # A load PostgreSQL refuses (a NUL byte in a text) leaves the rows and the index as they were.
+    bad = [*again[:-1], Chunk(**{**again[-1].__dict__, "text": "NUL \x00"})]
+    with pytest.raises(PermanentError):
+        index.bulk_load("bulk", bad, vectors)
+    assert index.count("bulk") == 1500
+    assert index.query("bulk", vectors[7], 1)[0].chunk_id == "bulk-7"
+    index.close()

@@ -43,6 +43,11 @@ def write(root: Path, rel: str, text: str) -> None:
 
 @pytest.fixture
 def corpora(tmp_path: Path) -> Path:
+    return corpora_at(tmp_path)
+
+
+def corpora_at(tmp_path: Path) -> Path:
+    """A tiny corpus, shop-1.0, under ``tmp_path/corpora``."""
     root = tmp_path / "corpora" / "shop-1.0"
     write(root, "shop/__init__.py", "")
     write(
