@@ -202,8 +202,8 @@ class PgVectorIndex:
     ) -> None:
         """Many chunks at once into a repo that holds fewer (an eval corpus, a first load): the
         rows go in by COPY and the HNSW index is built once after them instead of row by row,
-        as pgvector advises for initial loads — an HNSW insert is what an upsert costs (here,
-        20k chunks of 384 dims: 1,011 chunks/s against 132). One transaction: the repo's table
+        as pgvector advises for initial loads — an HNSW insert is what an upsert costs (several
+        times slower per chunk in single trials here). One transaction: the repo's table
         is locked for it, and a failed load leaves it as it was. Merged by id like ``upsert``;
         into a repo holding more than the load, rebuilding its index would cost more than
         inserting, so it upserts."""
