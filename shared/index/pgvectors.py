@@ -39,6 +39,12 @@ _MIGRATE_LOCK = 0x7472_6163  # pg_advisory_xact_lock key: one migration at a tim
 _HNSW_M, _HNSW_EF_CONSTRUCTION = 16, 100
 _BUILD_MEMORY = "256MB"  # maintenance_work_mem of a bulk load's index build (the graph fits)
 _EF_SEARCH_MIN, _EF_SEARCH_MAX = 100, 1000
+# An id written again replaces its row: upserts and bulk loads merge by chunk id.
+_MERGE = (
+    " ON CONFLICT (id) DO UPDATE SET path = EXCLUDED.path, start_line = EXCLUDED.start_line,"
+    " end_line = EXCLUDED.end_line, document = EXCLUDED.document, metadata = EXCLUDED.metadata,"
+    " embedding = EXCLUDED.embedding"
+)
 
 # Migration n (1-based) takes the schema from version n-1 to n. Never edit a released one:
 # add the next.
@@ -187,11 +193,7 @@ class PgVectorIndex:
             with conn.cursor() as cur:
                 cur.executemany(
                     f"INSERT INTO {table} (id, path, start_line, end_line, document, metadata,"
-                    " embedding) VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s)"
-                    " ON CONFLICT (id) DO UPDATE SET path = EXCLUDED.path,"
-                    " start_line = EXCLUDED.start_line, end_line = EXCLUDED.end_line,"
-                    " document = EXCLUDED.document, metadata = EXCLUDED.metadata,"
-                    " embedding = EXCLUDED.embedding",
+                    " embedding) VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s)" + _MERGE,
                     rows,
                 )
 
@@ -215,16 +217,13 @@ class PgVectorIndex:
         from psycopg.types.json import Jsonb
 
         dimensions, arrays = _arrays(chunks, vectors)
-        merge = (
-            " ON CONFLICT (id) DO UPDATE SET path = EXCLUDED.path,"
-            " start_line = EXCLUDED.start_line, end_line = EXCLUDED.end_line,"
-            " document = EXCLUDED.document, metadata = EXCLUDED.metadata,"
-            " embedding = EXCLUDED.embedding"
-        )
 
         def op(conn: Any) -> None:
             table = self._table(conn, repo, dimensions)
             assert table is not None  # created at these dimensions when missing
+            # Asked for and long by nature: the graph of 100k chunks takes minutes to build,
+            # past the per-call statement timeout meant for queries and drains.
+            conn.execute("SET LOCAL statement_timeout = 0")
             conn.execute(f"DROP INDEX IF EXISTS {table}_hnsw")
             conn.execute(f"CREATE TEMP TABLE th_load (LIKE {table}) ON COMMIT DROP")
             with (
@@ -239,7 +238,7 @@ class PgVectorIndex:
                     copy.write_row(
                         (c.id, c.path, c.start_line, c.end_line, c.text, Jsonb(c.metadata()), a)
                     )
-            conn.execute(f"INSERT INTO {table} SELECT * FROM th_load" + merge)
+            conn.execute(f"INSERT INTO {table} SELECT * FROM th_load" + _MERGE)
             conn.execute(f"SET LOCAL maintenance_work_mem = '{_BUILD_MEMORY}'")
             _create_hnsw(conn, table)
 
