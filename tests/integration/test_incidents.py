@@ -46,7 +46,10 @@ def incident_intake(fresh_redis: redis.Redis, private_redis_url: str) -> Iterato
     )  # fmt: skip
 
 
-SETTLE_S = 0.5
+# Long enough for the test to submit 150 events and look before the settle ends, on a machine
+# running five test processes (0.5 s ran out there once): the checks before the sleep must see
+# the incident still settling.
+SETTLE_S = 3.0
 
 
 @pytest.fixture
