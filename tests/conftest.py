@@ -165,6 +165,11 @@ def stack(
 @pytest.fixture(scope="session")
 def settings(stack: LocalStack) -> Settings:
     """What the workers run with, as a Settings object for the test process."""
+    return settings_of(stack)
+
+
+def settings_of(stack: LocalStack) -> Settings:
+    """A stack's worker settings as a Settings object for the test process."""
     return Settings(**{k.removeprefix("TRACEHOUND_").lower(): v for k, v in stack.env.items()})
 
 

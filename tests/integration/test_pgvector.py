@@ -49,7 +49,7 @@ from shared.intake.events import parse_event
 from shared.stack.children import Proc, wait_until
 from shared.stack.localstack import LocalStack, simulator_env, start_ingest
 from shared.stack.postgres import start_postgres
-from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL
+from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL, settings_of
 
 pytestmark = pytest.mark.integration
 
@@ -262,7 +262,7 @@ def pg_stack(
 
 @pytest.fixture(scope="module")
 def pg_settings(pg_stack: LocalStack) -> Settings:
-    return Settings(**{k.removeprefix("TRACEHOUND_").lower(): v for k, v in pg_stack.env.items()})
+    return settings_of(pg_stack)
 
 
 @pytest.fixture(scope="module")
