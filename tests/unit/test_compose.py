@@ -101,3 +101,22 @@ def test_the_pgvector_profile_runs_a_postgres_the_workers_url_names(
     # The image's tracehound can talk to it: the Dockerfile installs the pgvector extra.
     dockerfile = (COMPOSE.parent / "Dockerfile").read_text()
     assert "'.[pgvector]'" in dockerfile
+
+
+def test_workers_wait_for_pgvector_under_its_profile_and_start_without_it(
+    services: dict[str, Any],
+) -> None:
+    """Compose refuses a dependency on a service its active profiles leave out
+    (compose-spec 15-profiles.md) unless the dependency says `required: false`; a worker that
+    starts before PostgreSQL answers would begin on a degraded store."""
+    for name, svc in services.items():
+        deps = svc.get("depends_on") or {}
+        if isinstance(deps, list):  # the short form: each started, required
+            deps = {dep: {} for dep in deps}
+        for dep, how in deps.items():
+            gated = set(services[dep].get("profiles") or [])
+            if gated and not gated <= set(svc.get("profiles") or []):
+                assert how.get("required") is False, (name, dep)
+    for name in ("worker-embed", "worker-cpu", "worker-llm", "worker-rerank", "ingest"):
+        dep = services[name]["depends_on"]["pgvector"]
+        assert dep == {"condition": "service_healthy", "required": False}
