@@ -142,6 +142,10 @@ def start_postgres(workdir: Path, port: int | None = None) -> tuple[Proc, str]:
     """A private server on ``workdir/postgres``; ``port`` to start it again where it was."""
     pgdata = workdir / "postgres"
     init_cluster(pgdata)
+    if server_user() is not None:
+        # Again at every start: another pytest session resets /tmp/pytest-of-<user> to 0700,
+        # and a server started again after that could not reach its directory.
+        _traversable(pgdata.parent)
     spec = postgres_spec(pgdata, port or free_port())
     assert spec.url is not None
     return start(spec, workdir / "logs"), spec.url
