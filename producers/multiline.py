@@ -6,11 +6,11 @@ errors and turns them into events, as it does for every producer.
 
 Grouping is a small state machine per pending record. A record starts at any line; the state it
 starts in (plain line, Python traceback, JVM/Node exception, Go panic, Rust panic, PHP fatal,
-Node "file:line" header) decides which following lines continue it. A blank line is held back
-where a trace may go on after one (Python chaining, loguru's frames, Go goroutine dumps, PHP's
-``Next``, Node's ``Node.js vX`` footer) and dropped if the trace does not; blank lines outside
-traces belong to no record. A JSON-object line is always a record of its own and is never cut
-(cutting would break the JSON; intake trims its stack).
+Ruby error, Node "file:line" header) decides which following lines continue it. A blank line
+is held back where a trace may go on after one (Python chaining, loguru's frames, Go goroutine
+dumps, PHP's ``Next``, Ruby's marked code, Node's ``Node.js vX`` footer) and dropped if the
+trace does not; blank lines outside traces belong to no record. A JSON-object line is always a
+record of its own and is never cut (cutting would break the JSON; intake trims its stack).
 A text record over max_lines / max_bytes keeps its first quarter and its last lines (where the
 Python/Java exception line is) around a marker line; one line may use at most max_bytes / 4.
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.intake.levels import is_jul_level_line
-from shared.intake.traces import go, jvm, node, php, python, rust
+from shared.intake.traces import dotnet, go, jvm, node, php, python, ruby, rust
 
 MARKER = "… [{n} lines truncated by tracehound]"
 _LINE_CUT = " … [{n} bytes truncated by tracehound]"
@@ -45,7 +45,8 @@ NODE_CARET = "node-caret"  # … then the "    ^" line; the error line follows
 RUST = "rust"  # "thread 'main' panicked at src/x.rs:4:5:", its message, notes and backtrace
 RUST_MSG = "rust-message"  # the line after a Rust panic header is its message, whatever it holds
 PHP = "php"  # "PHP Fatal error:  Uncaught …", "Stack trace:", "#0 …", "Next …", "  thrown in"
-_HOLDS_BLANK = frozenset({PY_TB, PY_EXC, PY_CHAIN, FRAMES, GO, NODE_CARET, PHP})
+RUBY = "ruby"  # "x.rb:3:in 'save': msg (Err)", its code marked, "\tfrom …", causes
+_HOLDS_BLANK = frozenset({PY_TB, PY_EXC, PY_CHAIN, FRAMES, GO, NODE_CARET, PHP, RUBY})
 
 _LOGURU_FRAME = re.compile(r"^> File \"")  # loguru marks the frame that caught the exception
 # java.util.logging's SimpleFormatter: "Nov 30, 2026 7:42:54 PM com.shop.Orders run", then the
@@ -161,6 +162,8 @@ def _start_state(line: str) -> str:
         return RUST_MSG
     if php.START.match(line):
         return PHP
+    if ruby.START.match(line):
+        return RUBY
     if node.SOURCE_HEADER.match(line):
         return NODE_SRC
     if jvm.UNCAUGHT.match(line) or jvm.EXCEPTION_START.match(line):
@@ -182,6 +185,7 @@ def _after_blank(state: str, line: str) -> str | None:
         GO: go.AFTER_BLANK.match(line) is not None,
         FRAMES: node.FOOTER.match(line) is not None,
         NODE_CARET: True,  # the error line after Node's caret and blank line
+        RUBY: indented,  # the code error_highlight marks, after a blank line, and frames
     }
     if not continues.get(state, False):
         return None
@@ -195,6 +199,8 @@ def _after_plain(line: str, first: str | None) -> str | None:
         return PY_TB  # logger.exception(): the header line, then the traceback
     if jvm.EXCEPTION_START.match(line) and not jvm.UNCAUGHT.match(line):
         return FRAMES  # logback/log4j: the header line, then "java.lang.X: msg"
+    if ruby.LINE.match(line):
+        return RUBY  # Ruby's Logger: "E, [...] ERROR -- : msg (Class)", then bare frames
     if first is not None and _JUL_HEADER.match(first) and is_jul_level_line(line):
         return PLAIN  # java.util.logging's level line under its header line
     return None
@@ -221,14 +227,21 @@ _NEXT: dict[str, Callable[[str, bool], str | None]] = {
     ),
     PY_EXC: lambda line, indented: PY_EXC if indented else None,
     PY_CHAIN: lambda line, indented: PY_TB if python.TRACEBACK_LINE.match(line) else None,
-    # "at …", "... 3 more", "Suppressed:", Node's "[cause]:" and its closing "}"
+    # "at …", "... 3 more", "Suppressed:", Node's "[cause]:" and its closing "}", Mono's
+    # second report of the same unhandled exception
     FRAMES: lambda line, indented: (
-        FRAMES if indented or jvm.CAUSE_LINE.match(line) or line.strip() == "}" else None
+        FRAMES
+        if indented
+        or jvm.CAUSE_LINE.match(line)
+        or line.strip() == "}"
+        or dotnet.MONO_REPEAT.match(line)
+        else None
     ),
     GO: _same_if(GO, go.LINE),
     RUST_MSG: lambda line, indented: RUST,  # the panic message, whatever it holds
     RUST: _same_if(RUST, rust.LINE),
     PHP: _same_if(PHP, php.LINE),
+    RUBY: _same_if(RUBY, ruby.LINE),  # frames ("\tfrom …", bare), a cause's first line
     NODE_SRC: lambda line, indented: NODE_CODE,  # the source line, whatever it holds
     NODE_CODE: lambda line, indented: NODE_CARET if node.CARET.match(line) else None,
     NODE_CARET: lambda line, indented: FRAMES,

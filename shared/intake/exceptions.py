@@ -3,11 +3,11 @@ fingerprint (every type in the chain).
 
 Languages print chains in opposite orders. Python and PHP print the root cause first and the
 exception that was thrown out last ("The above exception was the direct cause…", "During
-handling…", PHP's ``Next``); Java, Kotlin, Node, .NET, Go and Rust print the outermost first and
-the causes after it (``Caused by:``, ``[cause]:``, `` ---> ``). ``printed`` returns the exception
-lines in the order they appear; ``reported`` picks the one an event names, the outermost (as
-Sentry titles an issue). The event's ``Trace`` (shared/core/domain.py) carries the lines on:
-its ``chain`` orders the types outermost first, root cause last, for grouping.
+handling…", PHP's ``Next``); Java, Kotlin, Node, .NET, Go, Rust and Ruby print the outermost
+first and the causes after it (``Caused by:``, ``[cause]:``, `` ---> ``). ``printed`` returns
+the exception lines in the order they appear; ``reported`` picks the one an event names, the
+outermost (as Sentry titles an issue). The event's ``Trace`` (shared/core/domain.py) carries
+the lines on: its ``chain`` orders the types outermost first, root cause last, for grouping.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import re
 
 from shared.core.domain import Printed, reported_of
 from shared.core.memo import TextMemo
-from shared.intake.traces import dotnet, go, jvm, node, php, python, rust
+from shared.intake.traces import dotnet, go, jvm, node, php, python, ruby, rust
 
 _MAX_LINE = 300  # patterns read a line up to here (a megabyte line must not cost seconds)
 
@@ -93,6 +93,10 @@ def _printed(text: str) -> tuple[Printed, ...]:
                 found.append(Printed("Fatal error", m["fatal"].strip(), True))
         elif line.startswith("Next ") and (m := php.NEXT.match(full)):
             found.append(Printed(m["type"], (m["msg"] or "").strip(), True))
+        elif (".rb:" in line and (m := ruby.EXCEPTION.match(full))) or (
+            (m := ruby.LOGGER_EXCEPTION.match(full)) and ruby.LINE.match(_next(lines, i))
+        ):
+            found.append(Printed(m["type"], m["msg"].strip(), False))
     return tuple(found)
 
 
@@ -118,6 +122,7 @@ STACK_MARK = re.compile(
     r"|thread '[^']*'(?: \(\d+\))? panicked at "
     r"|(?:\[[^\]]*\] )?PHP Fatal error: "
     r"|Stack trace:$"
+    r"|\s*(?:from )?\S+\.rb:\d+:in [`']"  # Ruby
     r"|Unhandled [Ee]xception)",
     re.MULTILINE,
 )

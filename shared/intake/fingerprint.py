@@ -171,6 +171,16 @@ _THIRD_PARTY_PATH = re.compile(
     r"|(?:^|/)pkg/mod/|@v\d"  # Go module cache
     r"|^node:|^internal/"  # Node built-ins
 )
+# Where each language's installed libraries and runtime live (not the app's own code):
+# Rust's standard library as built into the toolchain and crates from the registry, Ruby's
+# standard library and gems, PHP's Composer packages.
+_LIBRARY_PATHS = {
+    "rust": re.compile(r"^/rustc/[0-9a-f]+/|(?:^|/)\.cargo/(?:registry|git)/"),
+    "ruby": re.compile(r"(?:^|/)lib/ruby/(?:\d|gems/|vendor_ruby/)|(?:^|/)gems/[^/]+-\d[^/]*/"),
+    "php": re.compile(r"(?:^|/)vendor/"),
+}
+_DOTNET = frozenset({"csharp", "fsharp", "vb"})
+_DOTNET_LIBRARIES = ("System.", "Microsoft.", "Mono.", "FSharp.Core.", "Newtonsoft.")
 _JVM_LIBRARIES = (
     "java.",
     "javax.",
@@ -244,10 +254,15 @@ def _matches_prefix(frame: Frame, prefix: str) -> bool:
 def _heuristic_in_app(frame: Frame) -> bool:
     if frame.language == "java":
         return not frame.module.startswith(_JVM_LIBRARIES)
+    if frame.language in _DOTNET and frame.module.startswith(_DOTNET_LIBRARIES):
+        return False
     file = _posix(frame.file.strip())
     if not file or file.startswith("<"):  # <frozen importlib._bootstrap>, <string>, <stdin>
         return False
     if _THIRD_PARTY_PATH.search(file):
+        return False
+    library = _LIBRARY_PATHS.get(frame.language)
+    if library is not None and library.search(file):
         return False
     if frame.language == "go":
         # the package path ends at the first "." after the last "/": net/http.(*Server)

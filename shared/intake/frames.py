@@ -34,6 +34,8 @@ _STDLIB = re.compile(
     r"(^|/)lib(64)?/python\d+(\.\d+)?/(?!.*(site|dist)-packages/)"  # CPython stdlib
     r"|(^|/)go/src/(runtime|net|os|sync|reflect|testing|internal)/"  # GOROOT
     r"|^node:|^internal/"  # Node built-ins
+    r"|^/rustc/[0-9a-f]+/|(^|/)\.cargo/(registry|git)/"  # Rust's std and crates.io crates
+    r"|(^|/)lib/ruby/(\d|gems/)"  # Ruby's standard library and installed gems
 )
 _JAVA_LIBS = ("java.", "javax.", "jdk.", "sun.", "com.sun.", "kotlin.", "kotlinx.", "scala.")
 # Directory names that hold third-party code copied into a repo.

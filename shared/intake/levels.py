@@ -34,6 +34,7 @@ _TEXT_LEVEL = re.compile(
     r"|^(?P<glog>[IWEF])\d{4} \d\d:\d\d:\d\d(?:\.\d+)?\s+\d+\s+[^\]\s]+\]"  # klog "E1130 …] "
     r"|^(?P<ms>trce|dbug|info|warn|fail|crit): "  # .NET console logger "fail: Category[1]"
     r"|\bPHP (?P<php>Fatal error|Parse error|Warning|Notice|Deprecated):"  # PHP's error log
+    r"|^[DIWEFAU], \[[^\]]*\]\s+(?P<ruby>[A-Z]+) -- "  # Ruby's Logger "E, [time #1] ERROR -- "
 )
 # java.util.logging's SimpleFormatter puts the level at the start of the record's second line.
 _JUL_LEVEL = re.compile(r"^(?P<jul>SEVERE|WARNING|INFO|CONFIG|FINE|FINER|FINEST): ")

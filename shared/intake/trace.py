@@ -4,8 +4,9 @@ Intake (shared/groups/submit.py) redacts an event and then reads its trace here,
 ``Trace`` comes from the redacted text; the event carries it through every queue, and the later
 stages (fingerprint, incidents, the query, retrieval's frame signal, the code windows and code
 history of the analysis) read it instead of parsing the text again. A Go panic dump is read
-from its panicking goroutine. An event that reached the chain without intake (a caller of
-``enqueue_error``) is read by the chain's first task, once.
+from its panicking goroutine, Mono's report of an unhandled exception once (it prints two).
+An event that reached the chain without intake (a caller of ``enqueue_error``) is read by the
+chain's first task, once.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from shared.core.domain import ErrorEvent, Frame, Trace
 from shared.core.memo import TextMemo
 from shared.intake.exceptions import printed
-from shared.intake.traces import go, parse_frames
+from shared.intake.traces import dotnet, go, parse_frames
 
 _TRACES: TextMemo[Trace] = TextMemo()
 MEMO_MIN_CHARS = 256  # a stack trace: storms repeat the same one; short texts are cheap
@@ -28,6 +29,7 @@ def read_trace(text: str) -> Trace:
 
 
 def _read(text: str) -> Trace:
+    text = dotnet.unrepeated(text)
     return Trace(frames=tuple(parse_frames(go.panicking(text))), printed=printed(text))
 
 

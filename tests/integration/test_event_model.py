@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from shared.core.settings import Settings
 from shared.devtools.llama_server import cache_root
 from shared.groups import deferred
 from shared.groups.submit import intake_for
+from shared.intake.frames import PathMapper
 from shared.intake.redact import Redactor
 from shared.stack.localstack import start_ingest
 from tests.data.records.generate import Corpus, generate
@@ -41,6 +43,50 @@ ROOT = Path(__file__).resolve().parents[2]
 PRODUCERS = ("tail", "ingest", "analyze")
 DB = {"tail": 1, "ingest": 2, "analyze": 3}  # one Redis database each: no shared groups
 COMPARED = ("service", "repo", "exception_type", "message", "stacktrace", "level")
+RECORDS = ROOT / "tests" / "data" / "records"
+# The frames each runtime's trace names, nearest the raise first: (file in the program's
+# folder, function). Each must land on a line of that file marked "frame: <function>".
+FRAMES: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "rust--panic": ("rust", [("src/panic.rs", "")]),
+    "rust--panic-backtrace": (
+        "rust", [("src/panic.rs", "parse_quantity"), ("src/panic.rs", "main")]
+    ),
+    "rust--index-out-of-bounds": ("rust", [("src/panic.rs", "")]),
+    "php--uncaught-exception": (
+        "php",
+        [("src/Orders/Checkout.php", "load"), ("src/Orders/Checkout.php", "place"),
+         ("records.php", "{main}")],
+    ),
+    "php--uncaught-chained": (
+        "php",
+        [("src/Payment/Gateway.php", "send"), ("src/Payment/Gateway.php", "charge"),
+         ("src/Orders/Checkout.php", "settle"), ("records.php", "{main}"),
+         ("src/Orders/Checkout.php", "settle"), ("records.php", "{main}")],
+    ),
+    "ruby--uncaught-nil": ("ruby", [("lib/shop/checkout.rb", "total"), ("records.rb", "<main>")]),
+    "ruby--uncaught-cause": (
+        "ruby",
+        [("lib/shop/checkout.rb", "Integer"), ("lib/shop/checkout.rb", "place"),
+         ("records.rb", "<main>"),
+         ("lib/shop/checkout.rb", "place"), ("lib/shop/checkout.rb", "place"),
+         ("records.rb", "<main>")],
+    ),
+    "ruby--logger-error": (
+        "ruby",
+        [("lib/shop/checkout.rb", "place"), ("lib/shop/checkout.rb", "place"),
+         ("records.rb", "<main>")],
+    ),
+    **{
+        stem: (
+            "dotnet",
+            [("Shop/Gateway.cs", "Total"), ("Shop/Gateway.cs", "Charge"),
+             ("Shop/Checkout.cs", "Place"), ("Shop/Checkout.cs", "Place"),
+             ("Records.cs", "Main")],
+        )
+        for stem in ("mono--unhandled-inner", "mono--logged")
+    },
+}  # fmt: skip
+_MARK = re.compile(r"(?://|#) frame: (?P<names>[\w{}<>]+(?:, [\w{}<>]+)*)\s*$")
 
 
 @pytest.fixture(scope="module")
@@ -220,3 +266,41 @@ def test_every_record_source_ran(corpus: Corpus) -> None:
     if corpus.skipped:
         pytest.skip("; ".join(f"{s}: {why}" for s, why in corpus.skipped.items()))
     assert {r["source"] for r in corpus.records} >= {"python-logging", "pino", "java-jul"}
+
+
+def marked_lines(folder: Path) -> dict[tuple[str, int], set[str]]:
+    """(file, line) -> the functions its "frame:" comment names, over a program's folder."""
+    marks: dict[tuple[str, int], set[str]] = {}
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file() or "node_modules" in path.parts:
+            continue
+        rel = path.relative_to(folder).as_posix()
+        for number, line in enumerate(path.read_text("utf-8", errors="replace").splitlines(), 1):
+            if m := _MARK.search(line):
+                marks[(rel, number)] = set(m["names"].split(", "))
+    return marks
+
+
+def test_each_runtimes_frames_land_on_the_lines_its_program_marks(
+    corpus: Corpus, produced: dict[str, Any]
+) -> None:
+    """Rust, PHP, Ruby and C# (Mono) traces as their runtimes print them, through the tailer
+    and intake: every frame in the program's own files, in order, on the right line with the
+    right function; the runtimes' and libraries' frames map nowhere."""
+    ran = {r["file"].rsplit(".", 1)[0] for r in corpus.records}
+    checked = 0
+    for stem, (folder, want) in FRAMES.items():
+        if stem not in ran:
+            continue  # its runtime is missing here: test_every_record_source_ran says so
+        marks = marked_lines(RECORDS / folder)
+        files = {file for file, _ in marks} | {file for file, _ in want}
+        event = produced["events"]["tail"][f"svc-{stem}"]
+        assert event.trace is not None, stem
+        mapped = PathMapper(files).map_frames(event.trace.frames)
+        assert [(m.path, m.function) for m in mapped] == want, stem
+        for m in mapped:
+            assert m.line is not None and m.function in marks.get((m.path, m.line), ()) | (
+                {""} if not m.function and (m.path, m.line) in marks else set()
+            ), (stem, m)
+        checked += 1
+    assert checked or corpus.skipped

@@ -210,6 +210,20 @@ def test_node_cause_and_go_panic_keep_in_app_frames_only() -> None:
     assert frame_signature(read_trace(go).frames) == expected
 
 
+def test_rust_php_ruby_and_dotnet_keep_their_own_frames_not_their_runtimes() -> None:
+    """Each language's runtime and libraries (Rust's std and crates, PHP's vendor/, Ruby's
+    stdlib and gems, .NET's System.*) stay out of the signature."""
+    frames = DATA / "frames"
+    rust = frame_signature(read_trace((frames / "rust-backtrace.txt").read_text()).frames)
+    assert rust == ("src/orders/parse:quantity", "src/main:main")
+    php = frame_signature(read_trace((frames / "php-chained.txt").read_text()).frames)
+    assert not any("Pipeline" in key for key in php) and "src/Payment/Gateway:send" in php
+    ruby = frame_signature(read_trace((frames / "ruby34.txt").read_text()).frames)
+    assert ruby == ("app/models/order:total", "app/controllers/orders_controller:show")
+    dotnet = frame_signature(read_trace((frames / "dotnet-inner.txt").read_text()).frames)
+    assert dotnet and not any("System" in key or "Task" in key for key in dotnet)
+
+
 # --- in-app frames -------------------------------------------------------------------------------
 
 

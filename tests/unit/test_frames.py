@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shared.core.domain import Frame
 from shared.intake.frames import PathMapper, normalize_path
 from shared.intake.traces import parse_frames
+
+FRAMES = Path(__file__).parents[1] / "data" / "frames"  # traces with lines over 100 characters
 
 PYTHON = """Traceback (most recent call last):
   File "/srv/app/shop/api.py", line 10, in handle
@@ -72,6 +76,22 @@ PYTEST = """/usr/local/lib/python3.8/site-packages/_pytest/pathlib.py:565: in im
 """
 
 
+# Rust 1.80+: the panic's place, then RUST_BACKTRACE=1's numbered function lines and places.
+RUST = (FRAMES / "rust-backtrace.txt").read_text()
+RUST_NO_BACKTRACE = (FRAMES / "rust-panic.txt").read_text()
+
+# PHP (Exception::__toString in the error log): the previous exception first, then "Next".
+PHP = (FRAMES / "php-chained.txt").read_text()
+
+# .NET's Exception.ToString() with symbols, and Mono's report of the same (twice, as Mono does).
+DOTNET = (FRAMES / "dotnet-inner.txt").read_text()
+MONO = (FRAMES / "mono-unhandled.txt").read_text()
+
+# Ruby 3.1 (backquote) with a cause printed after, and 3.4 (quotes, Class#method).
+RUBY = (FRAMES / "ruby31-cause.txt").read_text()
+RUBY34 = (FRAMES / "ruby34.txt").read_text()
+
+
 def where(frames: list[Frame]) -> list[tuple[str, int | None, str]]:
     return [(f.file, f.line, f.function) for f in frames]
 
@@ -127,6 +147,69 @@ def test_pytest_frames_including_the_final_location_line() -> None:
     assert frames[0].file.endswith("astropy\\units\\core.py")
 
 
+def test_rust_backtrace_frames_and_the_panic_place_when_there_is_no_backtrace() -> None:
+    frames = parse_frames(RUST)
+    assert [(f.file, f.line, f.function, f.module) for f in frames][2:5] == [
+        ("./src/orders/parse.rs", 7, "quantity", "shop::orders::parse"),
+        (frames[3].file, 9, "from_str", "serde_json::de"),
+        ("./src/main.rs", 20, "main", "shop"),
+    ]
+    assert len(frames) == 5  # the panic's place is frame 2's: not read twice
+    assert {f.language for f in frames} == {"rust"}
+    assert where(parse_frames(RUST_NO_BACKTRACE)) == [("src/orders/parse.rs", 7, "")]
+
+
+def test_php_frames_start_at_the_throw_and_run_in_the_function_the_next_line_calls() -> None:
+    frames = parse_frames(PHP)
+    assert [(f.file.rsplit("/", 1)[-1], f.line, f.module, f.function) for f in frames] == [
+        ("Gateway.php", 15, "App\\Payment\\Gateway", "send"),
+        ("Gateway.php", 10, "App\\Payment\\Gateway", "charge"),
+        ("Checkout.php", 30, "App\\Orders\\Checkout", "settle"),
+        ("Pipeline.php", 7, "", "{main}"),  # the script's own code, as PHP names it
+        ("Checkout.php", 32, "App\\Orders\\Checkout", "settle"),
+        ("index.php", 17, "", "{main}"),
+    ]
+    assert {f.language for f in frames} == {"php"}
+
+
+def test_dotnet_frames_with_places_inner_exception_first_compiler_names_undone() -> None:
+    frames = parse_frames(DOTNET)
+    assert [(f.module, f.function, f.line, f.language) for f in frames] == [
+        ("Shop.Payments.Gateway", "Total", 14, "csharp"),
+        ("Shop.Orders.Checkout", "PlaceAsync", 15, "csharp"),
+        ("Shop.Orders.Checkout", "Place", 19, "csharp"),
+        ("Shop.Pricing", "total", 8, "fsharp"),
+    ]
+
+
+def test_mono_frames_once_though_mono_reports_twice_and_none_without_symbols() -> None:
+    from shared.intake.trace import read_trace
+
+    frames = read_trace(MONO).frames
+    assert [(f.file, f.line, f.function) for f in frames] == [
+        ("Shop/Gateway.cs", 14, "Total"),
+        ("Shop/Checkout.cs", 19, "Place"),
+    ]
+
+
+def test_ruby_frames_with_the_cause_first_and_block_and_rescue_names_undone() -> None:
+    frames = parse_frames(RUBY)
+    assert [(f.file.rsplit("/", 1)[-1], f.line, f.function) for f in frames] == [
+        ("checkout.rb", 10, "Integer"),
+        ("checkout.rb", 10, "place"),
+        ("records.rb", 13, "<main>"),
+        ("checkout.rb", 12, "place"),
+        ("checkout.rb", 9, "place"),
+        ("forwardable.rb", 238, "place"),
+        ("records.rb", 13, "<main>"),
+    ]
+    assert [(f.module, f.function) for f in parse_frames(RUBY34)] == [
+        ("Order", "total"),
+        ("Array", "each"),
+        ("OrdersController", "show"),
+    ]
+
+
 def test_text_without_frames_has_none() -> None:
     assert parse_frames("ValueError: bad input\nsomething else happened") == []
 
@@ -143,7 +226,25 @@ REPO = [
     "requests/packages/urllib3/response.py",
     "astropy/units/core.py",
     "build/lib/astropy/units/core.py",
+    "src/main/kotlin/com/shop/orders/Checkout.kt",
+    "src/orders/parse.rs",
+    "src/main.rs",
+    "src/Payment/Gateway.php",
+    "src/Orders/Checkout.php",
+    "vendor/laravel/framework/src/Pipeline.php",
+    "src/Shop/Payments/Gateway.cs",
+    "src/Shop/Orders/Checkout.cs",
+    "lib/shop/checkout.rb",
+    "lib/forwardable.rb",
 ]
+
+# Kotlin's traces are the JVM's: top-level functions in FileKt, a lambda in $name$N.
+KOTLIN = """Exception in thread "main" java.lang.IllegalStateException: could not place order 42
+\tat com.shop.orders.CheckoutKt.place(Checkout.kt:12)
+\tat com.shop.orders.Checkout$settle$1.invokeSuspend(Checkout.kt:30)
+\tat kotlin.coroutines.jvm.internal.BaseContinuationImpl.resumeWith(ContinuationImpl.kt:33)
+\tat com.shop.MainKt.main(Main.kt:5)
+"""
 
 
 def mapped_paths(text: str) -> list[str]:
@@ -159,6 +260,32 @@ def test_java_package_and_file_map_onto_the_source_tree_libraries_do_not() -> No
         "src/main/java/com/shop/pricing/Discounts.java",
         "src/main/java/com/shop/pricing/Discounts.java",
     ]
+
+
+def test_kotlin_frames_map_onto_the_kotlin_tree_and_a_lambda_names_its_function() -> None:
+    mapped = PathMapper(REPO).map_frames(parse_frames(KOTLIN))
+    assert [(m.path, m.line, m.function) for m in mapped] == [
+        ("src/main/kotlin/com/shop/orders/Checkout.kt", 12, "place"),
+        ("src/main/kotlin/com/shop/orders/Checkout.kt", 30, "settle"),
+    ]
+
+
+def test_rust_php_dotnet_and_ruby_frames_map_and_their_libraries_do_not() -> None:
+    assert mapped_paths(RUST) == ["src/orders/parse.rs", "src/main.rs"]  # not the crate's
+    assert mapped_paths(PHP) == [
+        "src/Payment/Gateway.php",
+        "src/Payment/Gateway.php",
+        "src/Orders/Checkout.php",
+        "vendor/laravel/framework/src/Pipeline.php",
+        "src/Orders/Checkout.php",
+    ]
+    assert PathMapper(REPO).map_frames(parse_frames(PHP))[3].vendored
+    assert mapped_paths(DOTNET) == [
+        "src/Shop/Payments/Gateway.cs",
+        *["src/Shop/Orders/Checkout.cs"] * 2,
+    ]
+    # Ruby's standard library is not the repo's, though the repo has a file of that name.
+    assert mapped_paths(RUBY) == ["lib/shop/checkout.rb"] * 4
 
 
 def test_node_and_go_frames_map_and_node_modules_and_goroot_do_not() -> None:

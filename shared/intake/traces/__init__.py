@@ -1,24 +1,26 @@
 """Each language's trace grammar, one module each: the line patterns the tailer's grouping
 (producers/multiline.py), its fast skim (producers/skim.py: ``SKIM_HEADS``, ``SKIM_WORDS``,
-``SKIM_FOLDED``) and the exception scanner (shared/intake/exceptions.py) read, and for the
-languages whose frames are parsed (python, jvm, node, go; not yet rust, php, dotnet) the frame
+``SKIM_FOLDED``) and the exception scanner (shared/intake/exceptions.py) read, and the frame
 line reader.
 
-A frame module names its ``language``, whether it prints the innermost frame last
-(``innermost_last``: Python) or first (the JVM, Node, Go), and reads one frame line:
-``frame(lines, i) -> Frame | None``. Adding a language is one module here, listed in
-``LANGUAGES`` (and in ``GRAMMARS`` when it has frames), and its tests. Only intake parses
-(shared/intake/trace.py): later stages read the event's ``Trace``, and import-linter keeps them
-out of this package.
+A module names its ``language``, whether it prints the innermost frame last
+(``innermost_last``: Python) or first (the others), and reads one frame line:
+``frame(lines, i) -> Frame | None``; a language that prints an exception's causes after it
+(the JVM's ``Caused by:``, Ruby's cause) says where one starts: ``starts_cause(line)``.
+Adding a language is one module here, listed in ``GRAMMARS``, and its tests. Only intake
+parses (shared/intake/trace.py): later stages read the event's ``Trace``, and import-linter
+keeps them out of this package.
 """
 
 from __future__ import annotations
 
 from shared.core.domain import Frame
-from shared.intake.traces import dotnet, go, jvm, node, php, python, rust
+from shared.intake.traces import dotnet, go, jvm, node, php, python, ruby, rust
 
-GRAMMARS = (python, jvm, node, go)  # tried in this order on every line
-LANGUAGES = (python, jvm, node, go, rust, php, dotnet)
+# Tried in this order on every line; no two read the same line.
+GRAMMARS = (python, jvm, node, go, rust, php, dotnet, ruby)
+LANGUAGES = GRAMMARS
+_CAUSES = tuple(g.starts_cause for g in GRAMMARS if hasattr(g, "starts_cause"))
 
 
 def skim_markers(kind: str) -> tuple[bytes, ...]:
@@ -30,16 +32,16 @@ def skim_markers(kind: str) -> tuple[bytes, ...]:
 def parse_frames(text: str) -> list[Frame]:
     """Frames of every trace in ``text``, nearest the raise first.
 
-    Python prints the innermost frame last; Java, Node and Go print it first, and a Java
-    ``Caused by:`` section is the deeper cause, so its frames come before those above it.
+    Python prints the innermost frame last; the others print it first, and a Java
+    ``Caused by:`` section (or Ruby's cause) is the deeper cause, so its frames come before
+    those above it. PHP and .NET print the deeper exception first already.
     """
     lines = text.replace("\r\n", "\n").split("\n")
     innermost_last: list[Frame] = []
-    blocks: list[list[Frame]] = [[]]  # innermost-first languages, one block per "Caused by"
+    blocks: list[list[Frame]] = [[]]  # innermost-first languages, one block per cause
     for i, raw in enumerate(lines):
-        if jvm.starts_cause(raw) and blocks[-1]:
+        if blocks[-1] and any(starts(raw) for starts in _CAUSES):
             blocks.append([])
-            continue
         for grammar in GRAMMARS:
             found = grammar.frame(lines, i)
             if found is not None:

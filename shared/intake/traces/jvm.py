@@ -45,9 +45,15 @@ def starts_cause(line: str) -> bool:
     return _JAVA_CAUSE.match(line) is not None
 
 
+# A Kotlin (or Java) lambda's class: "Checkout$settle$1" runs inside settle.
+_LAMBDA = re.compile(r"\$(?P<function>[a-z_]\w*)\$\d+$")
+
+
 def frame(lines: Sequence[str], i: int) -> Frame | None:
     """The frame line ``i`` of ``lines`` names, if it is one of the JVM's."""
     if m := _JAVA.match(lines[i].rstrip()):
         owner, _, method = m["qual"].rpartition(".")
+        if method in ("invoke", "invokeSuspend") and (lam := _LAMBDA.search(owner)):
+            method = lam["function"]
         return Frame(m["file"], int(m["line"]), method, module=owner, language="java")
     return None

@@ -1,13 +1,15 @@
 """Generate a corpus of real error records, written by real logging libraries and runtimes.
 
-Each program beside this file (python/, java/, node/, rust/, go/) runs one logging library or
-runtime through a few situations and prints, before each record, a separator line
+Each program beside this file (python/, java/, node/, rust/, go/, php/, ruby/, dotnet/) runs one
+logging library or runtime through a few situations and prints, before each record, a separator
+line
 ``=== tracehound-record <source>--<case> ===`` on the stream the record goes to. This module
 runs every program whose tool is available, splits the output on those lines (dropping them)
 and writes one file per record, byte for byte as the library wrote it:
 ``<source>--<case>.log`` (text) or ``<source>--<case>.json`` (one JSON line), plus
-``manifest.json`` with the ground truth of every record. The ``samples/*.sample`` files (PHP,
-.NET: no runtime here) are hand-written and copied in as they are, marked ``generated: false``.
+``manifest.json`` with the ground truth of every record. The ``samples/*.sample`` files (.NET
+(Core) and ASP.NET Core: no runtime here) are hand-written and copied in as they are, marked
+``generated: false``.
 
     from tests.data.records.generate import generate
     corpus = generate(tmp_path)          # Corpus(dir, records, skipped, versions)
@@ -247,15 +249,39 @@ TRUTH: dict[str, dict[str, Any]] = {
         "text", "FATAL", "panic", "runtime error: index out of range [5] with length 3",
         level_printed=False,
     ),
-    # Hand-written samples (samples/*.sample): no PHP or .NET runtime here.
+    # PHP's CLI logging to stderr (php/records.php)
     "php--uncaught-exception": rec(
         "text", "FATAL", "App\\Orders\\OrderNotFoundException", "Order 42 not found"
     ),
     "php--uncaught-chained": rec(
         "text", "FATAL", "App\\Orders\\StorageException", "could not load order 42",
-        root_cause_type="PDOException",
+        root_cause_type="UnexpectedValueException",
     ),
     "php--warning": rec("text", "WARNING", message='Undefined array key "coupon"'),
+    # Ruby's report of an uncaught exception, and its Logger (ruby/records.rb)
+    "ruby--uncaught-nil": rec(
+        "text", "FATAL", "NoMethodError", "undefined method `lines' for nil:NilClass",
+        level_printed=False,
+    ),
+    "ruby--uncaught-cause": rec(
+        "text", "FATAL", "Shop::CheckoutError", 'could not parse quantity "4x2"',
+        root_cause_type="ArgumentError", level_printed=False,
+    ),
+    "ruby--logger-error": rec(
+        "text", "ERROR", "Shop::CheckoutError", 'could not parse quantity "4x2"'
+    ),
+    "ruby--logger-info": rec("text", "INFO", message="checkout service started"),
+    # Mono's report of an unhandled exception, and an exception's ToString() written to
+    # stderr (dotnet/Records.cs)
+    "mono--unhandled-inner": rec(
+        "text", "FATAL", "System.InvalidOperationException", "Order 42 could not be placed.",
+        root_cause_type="System.NullReferenceException", level_printed=False,
+    ),
+    "mono--logged": rec(
+        "text", "ERROR", "System.InvalidOperationException", "Order 43 could not be placed.",
+        root_cause_type="System.NullReferenceException", level_printed=False,
+    ),
+    # Hand-written samples (samples/*.sample): no .NET (Core) runtime here.
     "dotnet--unhandled-inner": rec(
         "text", "FATAL", "System.InvalidOperationException", "Order 42 could not be placed.",
         root_cause_type="System.NullReferenceException", level_printed=False,
@@ -640,9 +666,106 @@ def go_programs(ctx: Context) -> dict[str, bytes]:
     return expect(out, stems_of("go"), "go/panic.go")
 
 
+def php_programs(ctx: Context) -> dict[str, bytes]:
+    php = tool("php")
+    if not php:
+        ctx.skipped["php"] = "php not on PATH (Debian: apt-get install php-cli)"
+        return {}
+    ctx.versions["php"] = subprocess.run(
+        [php, "-n", "-r", "echo PHP_VERSION;"], capture_output=True, text=True
+    ).stdout.strip()
+    # No php.ini (-n): PHP's own defaults, which log to stderr in the CLI; errors not also
+    # displayed on stdout, and frames without arguments, as production's php.ini has it.
+    settings = ["-d", "display_errors=0", "-d", "log_errors=1", "-d", "html_errors=0"]
+    settings += ["-d", "zend.exception_ignore_args=1"]
+    out: dict[str, bytes] = {}
+    for stem, case, returncode in [
+        ("php--uncaught-exception", "not-found", 255),
+        ("php--uncaught-chained", "chained", 255),
+        ("php--warning", "warning", 0),
+    ]:
+        output = run(
+            [php, "-n", *settings, "records.php", stem, case],
+            cwd=HERE / "php",
+            env=ctx.env,
+            stream="stderr",
+            returncode=returncode,
+        )
+        out |= split(only(output, stem), stem)
+    return expect(out, stems_of("php"), "php/records.php")
+
+
+def ruby_programs(ctx: Context) -> dict[str, bytes]:
+    ruby = tool("ruby")
+    if not ruby:
+        ctx.skipped["ruby"] = "ruby not on PATH (Debian: apt-get install ruby)"
+        return {}
+    ctx.versions["ruby"] = subprocess.run(
+        [ruby, "-e", "print RUBY_VERSION"], capture_output=True, text=True
+    ).stdout.strip()
+    out: dict[str, bytes] = {}
+    for stem, case, returncode in [
+        ("ruby--uncaught-nil", "nil", 1),
+        ("ruby--uncaught-cause", "cause", 1),
+        ("ruby--logger-error", "logger", 0),
+    ]:
+        output = run(
+            [ruby, "-I", "lib", "records.rb", stem, case],
+            cwd=HERE / "ruby",
+            env=ctx.env,
+            stream="stderr",
+            returncode=returncode,
+        )
+        out |= split(only(output, stem), stem)
+    return expect(out, stems_of("ruby"), "ruby/records.rb")
+
+
+def mono_programs(ctx: Context) -> dict[str, bytes]:
+    mcs, mono = tool("mcs"), tool("mono")
+    if not mcs or not mono:
+        ctx.skipped["mono"] = "mcs/mono not on PATH (Debian: apt-get install mono-mcs)"
+        return {}
+    src = HERE / "dotnet"
+    version = subprocess.run([mono, "--version"], capture_output=True, text=True).stdout
+    ctx.versions["mono"] = version.split("version ", 1)[-1].split(" ", 1)[0]
+    files = sorted(src.rglob("*.cs"))
+    key = digest(version, *(f.read_bytes() for f in files))
+    exe = ctx.cache / f"mono-{key}" / "records.exe"
+    if not exe.is_file():
+        ctx.cache.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=ctx.cache, prefix="mono-tmp-"))
+        # -debug writes the symbols (records.pdb) that put files and lines in the frames,
+        # as a Debug build or a release with its .pdb does; paths as given, under the source.
+        proc = subprocess.run(
+            [mcs, "-debug", "-nologo", f"-out:{tmp / 'records.exe'}"]
+            + [str(f.relative_to(src)) for f in files],
+            cwd=src,
+            env=ctx.env,
+            capture_output=True,
+        )
+        if proc.returncode:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise GenerateError(f"mcs failed:\n{proc.stdout.decode(errors='replace')}")
+        publish(tmp, exe.parent)
+    out: dict[str, bytes] = {}
+    for stem, case, returncode in [
+        ("mono--unhandled-inner", "unhandled", 1),
+        ("mono--logged", "logged", 0),
+    ]:
+        output = run(
+            [mono, "--debug", str(exe), stem, case],
+            cwd=src,
+            env=ctx.env,
+            stream="stderr",
+            returncode=returncode,
+        )
+        out |= split(only(output, stem), stem)
+    return expect(out, stems_of("mono"), "dotnet/Records.cs")
+
+
 def samples(ctx: Context) -> dict[str, bytes]:
     out = {path.stem: path.read_bytes() for path in sorted((HERE / "samples").glob("*.sample"))}
-    return expect(out, stems_of("php", "dotnet", "aspnetcore"), "samples/")
+    return expect(out, stems_of(*SAMPLE_SOURCES), "samples/")
 
 
 PROGRAMS: list[Program] = [
@@ -650,10 +773,13 @@ PROGRAMS: list[Program] = [
     node_programs,
     rust_programs,
     go_programs,
+    php_programs,
+    ruby_programs,
+    mono_programs,
     python_programs,
     samples,
 ]
-SAMPLE_SOURCES = {"php", "dotnet", "aspnetcore"}
+SAMPLE_SOURCES = {"dotnet", "aspnetcore"}
 ORIGIN = {
     "python-logging": "python/python_logging.py",
     "python": "python/python_uncaught.py",
@@ -669,6 +795,9 @@ ORIGIN = {
     "winston": "node/winston_records.js",
     "rust": "rust/src/panic.rs",
     "go": "go/panic.go",
+    "php": "php/records.php",
+    "ruby": "ruby/records.rb",
+    "mono": "dotnet/Records.cs",
 }
 
 
