@@ -1,9 +1,9 @@
 """The definitions in a source file — functions, methods, classes, types — with their lines.
 
 Chunking follows them so a chunk holds whole definitions and carries their names. Python is
-read with its own parser (``ast``); Java, JavaScript, TypeScript and Go with tree-sitter's
-maintained grammar packages. Other languages, and files that do not parse, have no
-definitions here and are cut in line windows instead.
+read with its own parser (``ast``); Java, JavaScript, TypeScript, Go, C#, Rust, PHP, Ruby and
+Kotlin with tree-sitter's maintained grammar packages. Other languages, and files that do not
+parse, have no definitions here and are cut in line windows instead.
 """
 
 from __future__ import annotations
@@ -75,9 +75,63 @@ JS_KINDS = {
     "enum_declaration": False,
 }
 GO_KINDS = {"function_declaration": False, "method_declaration": False, "type_declaration": False}
-# Wrappers whose member definitions sit one level down (Java's enum body declarations).
-FLATTEN = {"enum_body_declarations"}
+CSHARP_KINDS = {
+    "class_declaration": True,
+    "struct_declaration": True,
+    "interface_declaration": True,
+    "record_declaration": True,
+    "enum_declaration": False,
+    "delegate_declaration": False,
+    "method_declaration": False,
+    "constructor_declaration": False,
+    "destructor_declaration": False,
+    "operator_declaration": False,
+    "property_declaration": False,
+    "local_function_statement": False,
+}
+RUST_KINDS = {
+    "function_item": False,
+    "function_signature_item": False,
+    "struct_item": False,
+    "enum_item": False,
+    "union_item": False,
+    "type_item": False,
+    "const_item": False,
+    "static_item": False,
+    "macro_definition": False,
+    "impl_item": True,  # named by its type: impl Display for Cart -> Cart
+    "trait_item": True,
+    "mod_item": True,
+}
+PHP_KINDS = {
+    "class_declaration": True,
+    "interface_declaration": True,
+    "trait_declaration": True,
+    "enum_declaration": True,
+    "function_definition": False,
+    "method_declaration": False,
+}
+RUBY_KINDS = {"class": True, "module": True, "method": False, "singleton_method": False}
+KOTLIN_KINDS = {
+    "class_declaration": True,  # classes, interfaces, enum and data classes
+    "object_declaration": True,
+    "companion_object": True,  # unnamed: Companion, as Kotlin calls it
+    "function_declaration": False,
+    "property_declaration": False,
+    "type_alias": False,
+}
+# Wrappers whose member definitions sit one level down: Java's enum body declarations, C#'s
+# namespaces, a PHP namespace with braces.
+FLATTEN = {
+    "enum_body_declarations",
+    "namespace_declaration",
+    "declaration_list",
+    "namespace_definition",
+    "compound_statement",
+}
 COMMENTS = {"comment", "line_comment", "block_comment"}
+# A definition's body when the grammar has no "body" field for it (Kotlin's class body).
+BODIES = {"class_body", "enum_class_body"}
 FUNCTION_VALUES = {
     "arrow_function",
     "function_expression",
@@ -114,6 +168,26 @@ def _parser(language: str) -> Any:
             import tree_sitter_go
 
             raw = tree_sitter_go.language()
+        elif language == "csharp":
+            import tree_sitter_c_sharp
+
+            raw = tree_sitter_c_sharp.language()
+        elif language == "rust":
+            import tree_sitter_rust
+
+            raw = tree_sitter_rust.language()
+        elif language == "php":
+            import tree_sitter_php
+
+            raw = tree_sitter_php.language_php()  # a file with HTML around its <?php too
+        elif language == "ruby":
+            import tree_sitter_ruby
+
+            raw = tree_sitter_ruby.language()
+        elif language == "kotlin":
+            import tree_sitter_kotlin
+
+            raw = tree_sitter_kotlin.language()
         else:
             return None
     except ImportError:
@@ -154,11 +228,20 @@ def _name_and_body(node: Any, kinds: dict[str, bool], language: str) -> tuple[st
     if language == "go" and kind == "type_declaration":
         spec = next((c for c in node.named_children if c.type == "type_spec"), None)
         return _text(spec.child_by_field_name("name") if spec else None), None, False
-    name = _text(node.child_by_field_name("name"))
+    named = node.child_by_field_name("type" if kind == "impl_item" else "name")
+    name = _text(named).split("<")[0]  # Rust's impl Cart<T> -> Cart
     if language == "go" and kind == "method_declaration":
         owner = _go_receiver(node)
         name = f"{owner}.{name}" if owner else name
-    return name, node.child_by_field_name("body"), kinds[kind]
+    if kind == "companion_object":
+        name = name or "Companion"
+    if language == "kotlin" and kind == "property_declaration":
+        declared = next((c for c in node.named_children if c.type == "variable_declaration"), None)
+        name = _text(declared.named_children[0]) if declared and declared.named_children else ""
+    body = node.child_by_field_name("body") or next(
+        (c for c in node.named_children if c.type in BODIES), None
+    )
+    return name, body, kinds[kind]
 
 
 def _tree_definitions(
@@ -197,6 +280,11 @@ KINDS: dict[str, dict[str, bool]] = {
     "typescript": JS_KINDS,
     "tsx": JS_KINDS,
     "go": GO_KINDS,
+    "csharp": CSHARP_KINDS,
+    "rust": RUST_KINDS,
+    "php": PHP_KINDS,
+    "ruby": RUBY_KINDS,
+    "kotlin": KOTLIN_KINDS,
 }
 
 

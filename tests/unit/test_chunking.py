@@ -24,13 +24,13 @@ def functions(n: int, body: int = 8) -> list[str]:
 
 def test_line_ranges_are_one_based_inclusive() -> None:
     lines = functions(12)
-    for chunk in chunk_file("repo", "svc/app.rb", "\n".join(lines), size=25, overlap=5):
+    for chunk in chunk_file("repo", "svc/app.swift", "\n".join(lines), size=25, overlap=5):
         assert chunk.text == "\n".join(lines[chunk.start_line - 1 : chunk.end_line])
 
 
 def test_chunks_cover_every_non_blank_line() -> None:
     lines = functions(30)
-    chunks = chunk_file("repo", "svc/app.rb", "\n".join(lines) + "\n\n\n", size=25, overlap=5)
+    chunks = chunk_file("repo", "svc/app.swift", "\n".join(lines) + "\n\n\n", size=25, overlap=5)
     covered = {n for c in chunks for n in range(c.start_line, c.end_line + 1)}
     non_blank = {i + 1 for i, line in enumerate(lines) if line.strip()}
     assert non_blank <= covered
@@ -38,7 +38,7 @@ def test_chunks_cover_every_non_blank_line() -> None:
 
 
 def test_consecutive_chunks_overlap_by_the_configured_number_of_lines() -> None:
-    chunks = chunk_file("repo", "svc/app.rb", "\n".join(functions(30)), size=25, overlap=5)
+    chunks = chunk_file("repo", "svc/app.swift", "\n".join(functions(30)), size=25, overlap=5)
     assert len(chunks) > 3
     for prev, nxt in itertools.pairwise(chunks):
         assert prev.end_line - nxt.start_line + 1 == 5
@@ -48,14 +48,14 @@ def test_chunk_ends_before_a_top_level_line_instead_of_cutting_a_function() -> N
     # Functions are 10 lines (def, 8 body lines, blank). A 25-line window would end inside
     # handler_2 (lines 21-30); the boundary in its last quarter is line 21, ``def handler_2``.
     lines = functions(6)
-    first = chunk_file("repo", "svc/app.rb", "\n".join(lines), size=25, overlap=5)[0]
+    first = chunk_file("repo", "svc/app.swift", "\n".join(lines), size=25, overlap=5)[0]
     assert (first.start_line, first.end_line) == (1, 20)
     assert lines[first.end_line] == "def handler_2(request):"
 
 
 def test_without_any_boundary_windows_are_exactly_the_configured_size() -> None:
     lines = [f"    step_{i} = run({i})" for i in range(100)]
-    chunks = chunk_file("repo", "svc/app.rb", "\n".join(lines), size=20, overlap=4)
+    chunks = chunk_file("repo", "svc/app.swift", "\n".join(lines), size=20, overlap=4)
     assert [(c.start_line, c.end_line) for c in chunks[:3]] == [(1, 20), (17, 36), (33, 52)]
     assert chunks[-1].end_line == 100
 
@@ -77,9 +77,9 @@ def test_same_text_in_another_file_gets_other_ids() -> None:
 
 def test_edit_at_the_end_of_a_big_file_changes_only_the_last_chunk_id() -> None:
     lines = functions(40)
-    before = chunk_file("repo", "svc/app.rb", "\n".join(lines), size=25, overlap=5)
+    before = chunk_file("repo", "svc/app.swift", "\n".join(lines), size=25, overlap=5)
     lines[-2] = "    value_39_7 = request.get('changed')"  # last non-blank line
-    after = chunk_file("repo", "svc/app.rb", "\n".join(lines), size=25, overlap=5)
+    after = chunk_file("repo", "svc/app.swift", "\n".join(lines), size=25, overlap=5)
     assert len(before) == len(after) > 5
     assert [c.id for c in before[:-1]] == [c.id for c in after[:-1]]
     assert before[-1].id != after[-1].id

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shared.index.chunking import chunk_file
@@ -141,4 +143,76 @@ def test_files_with_syntax_errors_fall_back_to_line_windows(path: str, text: str
 
 
 def test_languages_without_a_grammar_have_no_definitions() -> None:
-    assert definitions("rust", "src/lib.rs", "fn main() {}\n") is None
+    assert definitions("swift", "Sources/App.swift", "func main() {}\n") is None
+
+
+RECORDS = Path(__file__).parents[1] / "data" / "records"  # the runtimes' test programs
+
+KOTLIN = """package com.shop.orders
+
+/** Places orders. */
+class Checkout(private val gateway: Gateway) {
+    val name: String = "checkout"
+
+    /** Charges the order. */
+    fun place(id: Int) {
+        gateway.charge(id)
+    }
+
+    companion object {
+        fun create() = Checkout(Gateway())
+    }
+}
+
+object Registry {
+    fun get(): Checkout = Checkout.create()
+}
+
+fun total(items: List<Int>): Int = items.sum()
+"""
+
+
+def tree(language: str, path: str, text: str) -> list[tuple[str, int, int, list[str]]]:
+    found = definitions(language, path, text) or ()
+    return [(d.name, d.start + 1, d.end, [m.name for m in d.members or ()]) for d in found]
+
+
+def test_csharp_rust_php_ruby_and_kotlin_definitions_with_their_members() -> None:
+    def read(rel: str) -> str:
+        return (RECORDS / rel).read_text()
+
+    assert tree("csharp", "Shop/Checkout.cs", read("dotnet/Shop/Checkout.cs")) == [
+        ("Checkout", 7, 22, ["Place"]),  # inside its namespace; fields are no definitions
+    ]
+    assert tree("rust", "src/panic.rs", read("rust/src/panic.rs")) == [
+        ("parse_quantity", 7, 9, []),
+        ("line_price", 11, 13, []),
+        ("main", 15, 31, []),
+    ]
+    php = tree("php", "src/Orders/Checkout.php", read("php/src/Orders/Checkout.php"))
+    assert [(n, members) for n, _, _, members in php] == [
+        ("OrderNotFoundException", []),
+        ("StorageException", []),
+        ("Checkout", ["__construct", "place", "settle", "load"]),
+    ]
+    assert tree("ruby", "lib/shop/checkout.rb", read("ruby/lib/shop/checkout.rb")) == [
+        ("Shop", 1, 15, ["CheckoutError", "Checkout"]),
+    ]
+    assert tree("kotlin", "Checkout.kt", KOTLIN) == [
+        ("Checkout", 3, 15, ["name", "place", "Companion"]),  # its KDoc included
+        ("Registry", 17, 19, ["get"]),
+        ("total", 21, 21, []),
+    ]
+
+
+def test_a_frame_of_each_new_language_lands_in_the_chunk_of_its_function() -> None:
+    for rel, line, function in [
+        ("dotnet/Shop/Gateway.cs", 14, "Total"),
+        ("php/src/Payment/Gateway.php", 15, "send"),
+        ("ruby/lib/shop/checkout.rb", 6, "total"),
+        ("rust/src/panic.rs", 11, "line_price"),
+    ]:
+        text = (RECORDS / rel).read_text()
+        chunks = chunk_file("svc", rel, text, size=6, overlap=0)
+        [holder] = [c for c in chunks if c.start_line <= line <= c.end_line]
+        assert function in holder.symbol, (rel, holder.symbol)
