@@ -661,7 +661,7 @@ def vectors_copy(
     ]
 
     def progress(name: str, done: int) -> None:
-        err.print(f"{name}: {done} chunks copied", highlight=False, markup=False)
+        err.print(f"{name}: {done} chunks sent", highlight=False, markup=False)
 
     try:
         copied = copy_vectors(stores[0], stores[1], repo or None, progress=progress)

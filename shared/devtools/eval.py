@@ -450,8 +450,11 @@ def run_eval(
         say(f"indexed {corpus_name}: {len(index.by_path)} files, {len(chunks)} chunks")
         searcher: VectorSearch = index
         if vector_store is not None and vectors is not None:
-            fill_store(vector_store, corpus_name, chunks, vectors)
-            searcher = vector_store
+            # The store's repo names the model too: another embedder's vectors of the same
+            # chunks (same ids) must never answer this one's queries.
+            stored = store_repo(corpus_name, embedder.model)
+            fill_store(vector_store, stored, chunks, vectors)
+            searcher = StoreSearch(vector_store, stored)
         mapper = index.path_mapper(corpus_name)
         for case in group:
             # A bug report is an error by definition, whatever words its first line holds.
@@ -544,6 +547,22 @@ def run_eval(
         suggested = suggest_threshold(points)
         report.overlap_calibration[mode] = suggested.to_json() if suggested else None
     return report
+
+
+def store_repo(corpus: str, model: str) -> str:
+    """The repo a corpus's vectors by ``model`` are written to in a vector store."""
+    return f"{corpus}@{model}"
+
+
+@dataclass(frozen=True)
+class StoreSearch:
+    """A vector store searched for one stored repo, whatever repo retrieval asks for."""
+
+    store: VectorStore
+    repo: str
+
+    def query(self, repo: str, vector: Sequence[float], n: int) -> list[ChunkHit]:
+        return self.store.query(self.repo, vector, n)
 
 
 def fill_store(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from shared.core.domain import Chunk, ChunkHit
@@ -202,47 +202,68 @@ class PgVectorIndex:
     def bulk_load(
         self, repo: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]
     ) -> None:
-        """Many chunks at once into a repo that holds fewer (an eval corpus, a first load): the
-        rows go in by COPY and the HNSW index is built once after them instead of row by row,
-        as pgvector advises for initial loads — an HNSW insert is what an upsert costs (several
-        times slower per chunk in single trials here). One transaction: the repo's table
-        is locked for it, and a failed load leaves it as it was. Merged by id like ``upsert``;
-        into a repo holding more than the load, rebuilding its index would cost more than
-        inserting, so it upserts."""
+        """Many chunks at once into a repo that holds fewer (an eval corpus, a first load):
+        ``load_pages`` with one page. Into a repo holding more than the load, rebuilding its
+        index would cost more than inserting, so it upserts."""
         if not chunks:
             return
         if self.count(repo) > len(chunks):
             self.upsert(repo, chunks, vectors)
             return
+        self.load_pages(repo, [(chunks, vectors)])
+
+    def load_pages(
+        self, repo: str, pages: Iterable[tuple[Sequence[Chunk], Sequence[Sequence[float]]]]
+    ) -> int:
+        """Pages of chunks with their vectors, streamed in by COPY, and the HNSW index built
+        once after them instead of row by row, as pgvector advises for initial loads (an HNSW
+        insert is what an upsert costs: several times slower per chunk here). One
+        transaction: the repo's table is locked for it, and a load cut off (the source gone,
+        a bad page) leaves the repo as it was. Merged by id like ``upsert``; one page at a
+        time in memory. Returns the chunks written."""
         from psycopg.types.json import Jsonb
 
-        dimensions, arrays = _arrays(chunks, vectors)
+        def op(conn: Any) -> int:
+            written, table, dimensions = 0, None, 0
+            for chunks, vectors in pages:
+                if not chunks:
+                    continue
+                dims, arrays = _arrays(chunks, vectors)
+                if table is None:
+                    table, dimensions = self._begin_load(conn, repo, dims), dims
+                elif dims != dimensions:
+                    raise PermanentError(f"pgvector: vectors of {dims} and {dimensions} dims")
+                with (
+                    conn.cursor() as cur,
+                    cur.copy(
+                        "COPY th_load (id, path, start_line, end_line, document, metadata,"
+                        " embedding) FROM STDIN WITH (FORMAT BINARY)"
+                    ) as copy,
+                ):
+                    copy.set_types(["text", "text", "int4", "int4", "text", "jsonb", "vector"])
+                    for c, a in zip(chunks, arrays, strict=True):
+                        copy.write_row(
+                            (c.id, c.path, c.start_line, c.end_line, c.text, Jsonb(c.metadata()), a)
+                        )
+                written += len(chunks)
+            if table is not None:
+                conn.execute(f"INSERT INTO {table} SELECT * FROM th_load" + _MERGE)
+                conn.execute(f"SET LOCAL maintenance_work_mem = '{_BUILD_MEMORY}'")
+                _create_hnsw(conn, table)
+            return written
 
-        def op(conn: Any) -> None:
-            table = self._table(conn, repo, dimensions)
-            assert table is not None  # created at these dimensions when missing
-            # Asked for and long by nature: the graph of 100k chunks takes minutes to build,
-            # past the per-call statement timeout meant for queries and drains.
-            conn.execute("SET LOCAL statement_timeout = 0")
-            conn.execute(f"DROP INDEX IF EXISTS {table}_hnsw")
-            conn.execute(f"CREATE TEMP TABLE th_load (LIKE {table}) ON COMMIT DROP")
-            with (
-                conn.cursor() as cur,
-                cur.copy(
-                    "COPY th_load (id, path, start_line, end_line, document, metadata, embedding)"
-                    " FROM STDIN WITH (FORMAT BINARY)"
-                ) as copy,
-            ):
-                copy.set_types(["text", "text", "int4", "int4", "text", "jsonb", "vector"])
-                for c, a in zip(chunks, arrays, strict=True):
-                    copy.write_row(
-                        (c.id, c.path, c.start_line, c.end_line, c.text, Jsonb(c.metadata()), a)
-                    )
-            conn.execute(f"INSERT INTO {table} SELECT * FROM th_load" + _MERGE)
-            conn.execute(f"SET LOCAL maintenance_work_mem = '{_BUILD_MEMORY}'")
-            _create_hnsw(conn, table)
+        return self._run("bulk_load", op)
 
-        self._run("bulk_load", op)
+    def _begin_load(self, conn: Any, repo: str, dimensions: int) -> str:
+        """The repo's table without its HNSW index, and an empty staging table beside it."""
+        table = self._table(conn, repo, dimensions)
+        assert table is not None  # created at these dimensions when missing
+        # Asked for and long by nature: the graph of 100k chunks takes minutes to build,
+        # past the per-call statement timeout meant for queries and drains.
+        conn.execute("SET LOCAL statement_timeout = 0")
+        conn.execute(f"DROP INDEX IF EXISTS {table}_hnsw")
+        conn.execute(f"CREATE TEMP TABLE th_load (LIKE {table}) ON COMMIT DROP")
+        return table
 
     def delete(self, repo: str, ids: Sequence[str]) -> None:
         if not ids:

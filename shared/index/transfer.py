@@ -1,15 +1,18 @@
 """Moving an index between vector stores without embedding again (``tracehound vectors copy``).
 
-Chunks go with their vectors, texts and metadata, a page at a time; the target upserts by chunk
-id, so a copy that was cut off is finished by running it again, and copying twice doubles
-nothing. The keyword corpus (Redis) is the same for both stores and is not touched.
+Chunks go with their vectors, texts and metadata, a page at a time, written by chunk id: a copy
+that was cut off is finished by running it again, and copying twice doubles nothing. Into a
+repo the target does not hold yet, the pages stream into the target's load path (pgvector:
+COPY and one index build, in one transaction); into one it holds, they are upserted. The
+keyword corpus (Redis) is the same for both stores and is not touched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from shared.core.domain import Chunk
 from shared.index.vectors import VectorStore
 
 PAGE = 1000  # chunks read and written at once
@@ -34,10 +37,21 @@ def copy_vectors(
     """Copy ``repos`` (every repo of ``source`` when None) into ``target``."""
     copied = []
     for repo in repos if repos is not None else source.repos():
-        written = 0
-        for chunks, vectors in source.export(repo, page):
-            target.upsert(repo, chunks, vectors)
-            written += len(chunks)
-            progress(repo, written)
+        done = 0
+
+        def pages(repo: str = repo) -> Iterator[tuple[list[Chunk], list[list[float]]]]:
+            nonlocal done
+            for chunks, vectors in source.export(repo, page):
+                yield chunks, vectors
+                done += len(chunks)
+                progress(repo, done)
+
+        if target.count(repo) == 0:
+            written = target.load_pages(repo, pages())
+        else:
+            written = 0
+            for chunks, vectors in pages():
+                target.upsert(repo, chunks, vectors)
+                written += len(chunks)
         copied.append(Copied(repo, written, source.count(repo), target.count(repo)))
     return copied

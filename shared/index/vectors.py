@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urlparse
@@ -39,6 +39,9 @@ class VectorStore(VectorIndex, Protocol):
     def bulk_load(
         self, repo: str, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]
     ) -> None: ...
+    def load_pages(
+        self, repo: str, pages: Iterable[tuple[Sequence[Chunk], Sequence[Sequence[float]]]]
+    ) -> int: ...
     def repos(self) -> list[str]: ...
     def count(self, repo: str) -> int: ...
     def export(self, repo: str, batch: int) -> Iterator[tuple[list[Chunk], list[list[float]]]]: ...
@@ -182,6 +185,16 @@ class ChromaVectorIndex:
     ) -> None:
         """Chroma has no faster path for many chunks than its batched upsert."""
         self.upsert(repo, chunks, vectors)
+
+    def load_pages(
+        self, repo: str, pages: Iterable[tuple[Sequence[Chunk], Sequence[Sequence[float]]]]
+    ) -> int:
+        """Each page upserted as it comes (Chroma has no load path of its own)."""
+        written = 0
+        for chunks, vectors in pages:
+            self.upsert(repo, chunks, vectors)
+            written += len(chunks)
+        return written
 
     def delete(self, repo: str, ids: Sequence[str]) -> None:
         if ids:

@@ -42,8 +42,10 @@ from shared.index.pgvectors import (
     SchemaTooNew,
     migrate,
     schema_version,
+    table_name,
 )
 from shared.index.reindex import index_repository
+from shared.index.transfer import copy_vectors
 from shared.index.vectors import ChromaVectorIndex
 from shared.intake.events import parse_event
 from shared.stack.children import Proc, wait_until
@@ -471,10 +473,29 @@ def test_vectors_copy_moves_an_index_from_chroma_without_embedding_and_again_dou
             argv += ["--repo", r]
         return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
 
+    # A copy cut off by its source (Chroma gone after the first page) leaves the target
+    # repo as it was: pages stream into one load, which commits whole or not at all.
+    class CutSource:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(chroma, name)
+
+        def export(self, repo: str, batch: int) -> Iterator[tuple[list[Chunk], Any]]:
+            pages = chroma.export(repo, batch)
+            yield next(pages)
+            raise TransientError("chroma export: gone")
+
+    pg_index = PgVectorIndex(url=database, timeout=10)
+    with pytest.raises(TransientError):
+        copy_vectors(CutSource(), pg_index, [repos[0]])  # type: ignore[arg-type]
+    assert pg_index.count(repos[0]) == 0
     done = copy("--from", "chroma", "--to", "pgvector")
     assert done.returncode == 0, done.stderr
     assert f"{repos[0]}: 2500 chunks copied; chroma holds 2500, pgvector 2500" in done.stdout
-    pg_index = PgVectorIndex(url=database, timeout=10)
+    with psycopg.connect(database) as conn:  # loaded, then its HNSW index built once
+        indexes = conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = %s", (table_name(repos[0]),)
+        ).fetchall()
+    assert f"{table_name(repos[0])}_hnsw" in {i for (i,) in indexes}
     for r, n in sizes.items():
         assert pg_index.count(r) == n
         q = vectors[r][3]
@@ -507,19 +528,29 @@ def test_eval_on_pgvector_ranks_as_the_exact_search_and_writes_a_corpus_once(
     database: str, tmp_path: Path
 ) -> None:
     """``tracehound eval --vector-store pgvector``: the vector signal from PostgreSQL, the
-    corpus written once (by id), the same files first as the exact in-memory search."""
-    from shared.devtools.eval import SimulatorEmbedder, fill_store, load_cases, run_eval
+    corpus written once (by id) per embedding model, the same files first as the exact
+    in-memory search."""
+    from shared.devtools.eval import (
+        SimulatorEmbedder,
+        fill_store,
+        load_cases,
+        run_eval,
+        store_repo,
+    )
     from tests.unit.test_eval import cases_file, corpora_at
 
     corpora = corpora_at(tmp_path)
     cases = load_cases(cases_file(tmp_path))
     store = PgVectorIndex(url=database, timeout=10)
     runs = {}
-    for name, vector_store in (("memory", None), ("pgvector", store)):
+    for name, vector_store, embedder in (
+        ("memory", None, SimulatorEmbedder()),
+        ("other model first", store, SimulatorEmbedder(dim=64)),
+        ("pgvector", store, SimulatorEmbedder()),
+    ):
         runs[name] = run_eval(
-            cases, corpora, embedder=SimulatorEmbedder(), modes=["vector", "all"],
-            vector_store=vector_store,
-        )  # fmt: skip
+            cases, corpora, embedder=embedder, modes=["vector", "all"], vector_store=vector_store
+        )
     # The same file first for every case, and the same files; below the first, chunks that
     # share nothing with the query tie at 0 and either store may order them otherwise.
     per_case = {
@@ -529,14 +560,17 @@ def test_eval_on_pgvector_ranks_as_the_exact_search_and_writes_a_corpus_once(
         ]
         for name, r in runs.items()
     }
+    # Another model's vectors of the same chunks were written first, to their own repo: they
+    # neither answered these queries nor were taken for this model's.
     assert per_case["pgvector"] == per_case["memory"]
-    assert store.count("shop-1.0") > 0
+    repo = store_repo("shop-1.0", SimulatorEmbedder().model)
+    assert sorted(store.repos()) == sorted([repo, store_repo("shop-1.0", "simulator-hashed-64")])
     # Run again: nothing to write. A store with chunks the corpus lacks is refused.
-    chunks = next(iter(store.export("shop-1.0", 1000)))[0]
-    assert fill_store(store, "shop-1.0", chunks, np.zeros((len(chunks), 256))) == 0
-    store.upsert("shop-1.0", [chunk(1, repo="shop-1.0")], unit_vectors(1, 256, seed=1))
+    chunks = next(iter(store.export(repo, 1000)))[0]
+    assert fill_store(store, repo, chunks, np.zeros((len(chunks), 256))) == 0
+    store.upsert(repo, [chunk(1, repo="shop-1.0")], unit_vectors(1, 256, seed=1))
     with pytest.raises(PermanentError, match="measure on an empty store"):
-        fill_store(store, "shop-1.0", chunks, np.zeros((len(chunks), 256)))
+        fill_store(store, repo, chunks, np.zeros((len(chunks), 256)))
     store.close()
 
 
