@@ -9,13 +9,15 @@ keyword corpus (Redis) is the same for both stores and is not touched.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from shared.core.domain import Chunk
 from shared.index.vectors import VectorStore
 
 PAGE = 1000  # chunks read and written at once
+Page = tuple[list[Chunk], list[list[float]]]
 
 
 @dataclass(frozen=True)
@@ -37,21 +39,22 @@ def copy_vectors(
     """Copy ``repos`` (every repo of ``source`` when None) into ``target``."""
     copied = []
     for repo in repos if repos is not None else source.repos():
-        done = 0
-
-        def pages(repo: str = repo) -> Iterator[tuple[list[Chunk], list[list[float]]]]:
-            nonlocal done
-            for chunks, vectors in source.export(repo, page):
-                yield chunks, vectors
-                done += len(chunks)
-                progress(repo, done)
-
+        pages = _sent(source.export(repo, page), partial(progress, repo))
         if target.count(repo) == 0:
-            written = target.load_pages(repo, pages())
+            written = target.load_pages(repo, pages)
         else:
             written = 0
-            for chunks, vectors in pages():
+            for chunks, vectors in pages:
                 target.upsert(repo, chunks, vectors)
                 written += len(chunks)
         copied.append(Copied(repo, written, source.count(repo), target.count(repo)))
     return copied
+
+
+def _sent(pages: Iterable[Page], on_sent: Callable[[int], None]) -> Iterator[Page]:
+    """``pages`` as they are, telling ``on_sent`` how many chunks went out so far."""
+    sent = 0
+    for chunks, vectors in pages:
+        yield chunks, vectors
+        sent += len(chunks)
+        on_sent(sent)

@@ -29,7 +29,7 @@ from typing import Any
 
 from shared.core.domain import ErrorEvent, Frame, Trace
 from shared.core.memo import TextMemo
-from shared.intake.frames import normalize_path
+from shared.intake.frames import LIBRARY_PATHS, normalize_path
 from shared.intake.trace import trace_of, trace_text
 
 FINGERPRINT_VERSION = 1
@@ -171,14 +171,9 @@ _THIRD_PARTY_PATH = re.compile(
     r"|(?:^|/)pkg/mod/|@v\d"  # Go module cache
     r"|^node:|^internal/"  # Node built-ins
 )
-# Where each language's installed libraries and runtime live (not the app's own code):
-# Rust's standard library as built into the toolchain and crates from the registry, Ruby's
-# standard library and gems, PHP's Composer packages.
-_LIBRARY_PATHS = {
-    "rust": re.compile(r"^/rustc/[0-9a-f]+/|(?:^|/)\.cargo/(?:registry|git)/"),
-    "ruby": re.compile(r"(?:^|/)lib/ruby/(?:\d|gems/|vendor_ruby/)|(?:^|/)gems/[^/]+-\d[^/]*/"),
-    "php": re.compile(r"(?:^|/)vendor/"),
-}
+# Not the app's own code: each language's runtime and libraries (frames.py), and PHP's
+# Composer packages (a repo may keep vendor/: mapped, but not in-app).
+_LIBRARY_PATHS = {**LIBRARY_PATHS, "php": re.compile(r"(?:^|/)vendor/")}
 _DOTNET = frozenset({"csharp", "fsharp", "vb"})
 _DOTNET_LIBRARIES = ("System.", "Microsoft.", "Mono.", "FSharp.Core.", "Newtonsoft.")
 _JVM_LIBRARIES = (

@@ -34,9 +34,14 @@ _STDLIB = re.compile(
     r"(^|/)lib(64)?/python\d+(\.\d+)?/(?!.*(site|dist)-packages/)"  # CPython stdlib
     r"|(^|/)go/src/(runtime|net|os|sync|reflect|testing|internal)/"  # GOROOT
     r"|^node:|^internal/"  # Node built-ins
-    r"|^/rustc/[0-9a-f]+/|(^|/)\.cargo/(registry|git)/"  # Rust's std and crates.io crates
-    r"|(^|/)lib/ruby/(\d|gems/)"  # Ruby's standard library and installed gems
 )
+# Where a language's runtime and installed libraries live, never the app's own code (also
+# not in-app for grouping, shared/intake/fingerprint.py): Rust's std as built into the
+# toolchain and crates from crates.io or git, Ruby's standard library and gems.
+LIBRARY_PATHS = {
+    "rust": re.compile(r"^/rustc/[0-9a-f]+/|(?:^|/)\.cargo/(?:registry|git)/"),
+    "ruby": re.compile(r"(?:^|/)lib/ruby/(?:\d|gems/|vendor_ruby/)|(?:^|/)gems/[^/]+-\d[^/]*/"),
+}
 _JAVA_LIBS = ("java.", "javax.", "jdk.", "sun.", "com.sun.", "kotlin.", "kotlinx.", "scala.")
 # Directory names that hold third-party code copied into a repo.
 VENDOR_DIRS = frozenset(
@@ -132,6 +137,9 @@ class PathMapper:
             package = frame.module.rsplit(".", 1)[0] if "." in frame.module else ""
             derived = "/".join([*package.split("."), frame.file]) if package else frame.file
             return self.map_file(derived, derived=True)
+        library = LIBRARY_PATHS.get(frame.language)
+        if library is not None and library.search(frame.file.replace("\\", "/")):
+            return None
         return self.map_file(frame.file)
 
 

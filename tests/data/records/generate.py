@@ -382,6 +382,20 @@ def only(output: Output, what: str) -> bytes:
     return output.records
 
 
+def run_cases(
+    command: list[str], cases: list[tuple[str, str, int]], *, cwd: Path, env: dict[str, str]
+) -> dict[str, bytes]:
+    """``command STEM CASE`` once per (stem, case, exit code), its records on stderr and
+    nothing on stdout."""
+    out: dict[str, bytes] = {}
+    for stem, case, returncode in cases:
+        output = run(
+            [*command, stem, case], cwd=cwd, env=env, stream="stderr", returncode=returncode
+        )
+        out |= split(only(output, stem), stem)
+    return out
+
+
 def tool(name: str, *fallbacks: Path) -> str | None:
     found = shutil.which(name)
     if found:
@@ -652,17 +666,9 @@ def go_programs(ctx: Context) -> dict[str, bytes]:
         .removeprefix("go")
     )
     env = dict(ctx.env, GOCACHE=str(ctx.cache / "go-build"), GO111MODULE="on")
-    out: dict[str, bytes] = {}
-    for stem, case in [("go--nil-map", "nil-map"), ("go--index-out-of-range", "index")]:
-        # `go run` reports the program's exit status 2 as "exit status 2" and exits 1 itself.
-        output = run(
-            [go, "run", "panic.go", stem, case],
-            cwd=HERE / "go",
-            env=env,
-            stream="stderr",
-            returncode=1,
-        )
-        out |= split(only(output, stem), stem)
+    # `go run` reports the program's exit status 2 as "exit status 2" and exits 1 itself.
+    cases = [("go--nil-map", "nil-map", 1), ("go--index-out-of-range", "index", 1)]
+    out = run_cases([go, "run", "panic.go"], cases, cwd=HERE / "go", env=env)
     return expect(out, stems_of("go"), "go/panic.go")
 
 
@@ -678,20 +684,13 @@ def php_programs(ctx: Context) -> dict[str, bytes]:
     # displayed on stdout, and frames without arguments, as production's php.ini has it.
     settings = ["-d", "display_errors=0", "-d", "log_errors=1", "-d", "html_errors=0"]
     settings += ["-d", "zend.exception_ignore_args=1"]
-    out: dict[str, bytes] = {}
-    for stem, case, returncode in [
+    cases = [
         ("php--uncaught-exception", "not-found", 255),
         ("php--uncaught-chained", "chained", 255),
         ("php--warning", "warning", 0),
-    ]:
-        output = run(
-            [php, "-n", *settings, "records.php", stem, case],
-            cwd=HERE / "php",
-            env=ctx.env,
-            stream="stderr",
-            returncode=returncode,
-        )
-        out |= split(only(output, stem), stem)
+    ]
+    command = [php, "-n", *settings, "records.php"]
+    out = run_cases(command, cases, cwd=HERE / "php", env=ctx.env)
     return expect(out, stems_of("php"), "php/records.php")
 
 
@@ -703,20 +702,12 @@ def ruby_programs(ctx: Context) -> dict[str, bytes]:
     ctx.versions["ruby"] = subprocess.run(
         [ruby, "-e", "print RUBY_VERSION"], capture_output=True, text=True
     ).stdout.strip()
-    out: dict[str, bytes] = {}
-    for stem, case, returncode in [
+    cases = [
         ("ruby--uncaught-nil", "nil", 1),
         ("ruby--uncaught-cause", "cause", 1),
-        ("ruby--logger-error", "logger", 0),
-    ]:
-        output = run(
-            [ruby, "-I", "lib", "records.rb", stem, case],
-            cwd=HERE / "ruby",
-            env=ctx.env,
-            stream="stderr",
-            returncode=returncode,
-        )
-        out |= split(only(output, stem), stem)
+        ("ruby--logger-error", "logger", 0),  # and ruby--logger-info after it
+    ]
+    out = run_cases([ruby, "-I", "lib", "records.rb"], cases, cwd=HERE / "ruby", env=ctx.env)
     return expect(out, stems_of("ruby"), "ruby/records.rb")
 
 
@@ -747,19 +738,8 @@ def mono_programs(ctx: Context) -> dict[str, bytes]:
             shutil.rmtree(tmp, ignore_errors=True)
             raise GenerateError(f"mcs failed:\n{proc.stdout.decode(errors='replace')}")
         publish(tmp, exe.parent)
-    out: dict[str, bytes] = {}
-    for stem, case, returncode in [
-        ("mono--unhandled-inner", "unhandled", 1),
-        ("mono--logged", "logged", 0),
-    ]:
-        output = run(
-            [mono, "--debug", str(exe), stem, case],
-            cwd=src,
-            env=ctx.env,
-            stream="stderr",
-            returncode=returncode,
-        )
-        out |= split(only(output, stem), stem)
+    cases = [("mono--unhandled-inner", "unhandled", 1), ("mono--logged", "logged", 0)]
+    out = run_cases([mono, "--debug", str(exe)], cases, cwd=src, env=ctx.env)
     return expect(out, stems_of("mono"), "dotnet/Records.cs")
 
 
