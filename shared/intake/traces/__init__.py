@@ -4,7 +4,8 @@
 line reader.
 
 A module names its ``language``, whether it prints the innermost frame last
-(``innermost_last``: Python) or first (the others), and reads one frame line:
+(``innermost_last``: Python) or first (the others), the substrings a text holds when it has
+one of its frames (``TEXT_MARKS``; none: tried on every text), and reads one frame line:
 ``frame(lines, i) -> Frame | None``; a language that prints an exception's causes after it
 (the JVM's ``Caused by:``, Ruby's cause) says where one starts: ``starts_cause(line)``.
 Adding a language is one module here, listed in ``GRAMMARS``, and its tests. Only intake
@@ -19,14 +20,12 @@ from shared.intake.traces import dotnet, go, jvm, node, php, python, ruby, rust
 
 # Tried in this order on every line; no two read the same line.
 GRAMMARS = (python, jvm, node, go, rust, php, dotnet, ruby)
-LANGUAGES = GRAMMARS
-_CAUSES = tuple(g.starts_cause for g in GRAMMARS if hasattr(g, "starts_cause"))
 
 
 def skim_markers(kind: str) -> tuple[bytes, ...]:
     """Every language's skim markers of ``kind`` (``SKIM_HEADS``, ``SKIM_WORDS`` or
-    ``SKIM_FOLDED``), each once, in the order of ``LANGUAGES``."""
-    return tuple(dict.fromkeys(m for lang in LANGUAGES for m in getattr(lang, kind)))
+    ``SKIM_FOLDED``), each once, in the order of ``GRAMMARS``."""
+    return tuple(dict.fromkeys(m for lang in GRAMMARS for m in getattr(lang, kind)))
 
 
 def parse_frames(text: str) -> list[Frame]:
@@ -36,13 +35,20 @@ def parse_frames(text: str) -> list[Frame]:
     ``Caused by:`` section (or Ruby's cause) is the deeper cause, so its frames come before
     those above it. PHP and .NET print the deeper exception first already.
     """
+    # Only the grammars whose file marks the text holds read its lines (a substring test
+    # per grammar instead of its patterns on every line).
+    grammars = [g for g in GRAMMARS if not g.TEXT_MARKS or any(m in text for m in g.TEXT_MARKS)]
+    causes = [g.starts_cause for g in grammars if hasattr(g, "starts_cause")]
     lines = text.replace("\r\n", "\n").split("\n")
     innermost_last: list[Frame] = []
     blocks: list[list[Frame]] = [[]]  # innermost-first languages, one block per cause
     for i, raw in enumerate(lines):
-        if blocks[-1] and any(starts(raw) for starts in _CAUSES):
-            blocks.append([])
-        for grammar in GRAMMARS:
+        if blocks[-1]:
+            for starts in causes:
+                if starts(raw):
+                    blocks.append([])
+                    break
+        for grammar in grammars:
             found = grammar.frame(lines, i)
             if found is not None:
                 (innermost_last if grammar.innermost_last else blocks[-1]).append(found)

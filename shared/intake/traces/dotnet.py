@@ -19,6 +19,7 @@ from shared.core.domain import Frame
 
 language = "csharp"
 innermost_last = False
+TEXT_MARKS = (".cs:", ".fs:", ".vb:")  # a text without one has no .NET frame
 
 # .NET prints the inner exception on the same line: "System.A: outer ---> System.B: inner".
 INNER = re.compile(r" ---> (?=(?:[A-Za-z_][\w]*\.)+[A-Z]\w*(?:Exception|Error)\b)")

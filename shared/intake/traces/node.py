@@ -9,6 +9,7 @@ from shared.core.domain import Frame
 
 language = "javascript"
 innermost_last = False
+TEXT_MARKS: tuple[str, ...] = ()  # tried on every text
 
 # The line patterns the tailer's grouping (producers/multiline.py) and the exception
 # scanner (shared/intake/exceptions.py) read.

@@ -18,6 +18,7 @@ from shared.core.domain import Frame
 
 language = "php"
 innermost_last = False
+TEXT_MARKS = (".php(", ".php:")  # a text without one has no PHP frame
 
 START = re.compile(r"^(?:\[[^\]]*\] )?PHP Fatal error: ")
 LINE = re.compile(r"^(?:Stack trace:$|#\d+ |Next \S)")

@@ -16,6 +16,7 @@ from shared.core.domain import Frame
 
 language = "ruby"
 innermost_last = False
+TEXT_MARKS = (".rb:", ".rake:", ".erb:", ".haml:", ".slim:")  # else no Ruby frame
 
 # The line patterns the tailer's grouping (producers/multiline.py) and the exception scanner
 # (shared/intake/exceptions.py) read: a first line (message and class), and any frame line —

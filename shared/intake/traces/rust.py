@@ -15,6 +15,7 @@ from shared.core.domain import Frame
 
 language = "rust"
 innermost_last = False
+TEXT_MARKS = (".rs:",)  # a text without one has no Rust frame
 
 START = re.compile(r"^thread '[^']*'(?: \(\d+\))? panicked at ")
 LINE = re.compile(r"^(?:note: |stack backtrace:$)")
