@@ -29,6 +29,11 @@ vectors_cli = typer.Typer(
     no_args_is_help=True, help="The vector store: copy an index between stores."
 )
 cli.add_typer(vectors_cli, name="vectors")
+sourcemaps_cli = typer.Typer(
+    no_args_is_help=True,
+    help="Source maps: minified JavaScript frames mapped back to the original code.",
+)
+cli.add_typer(sourcemaps_cli, name="sourcemaps")
 err = Console(stderr=True)
 out = Console()
 
@@ -333,11 +338,39 @@ def index(
         f"{len(report.removed_files)} deleted files; history: {report.history}",
         highlight=False,
     )
+    _store_maps(settings, repo, path, "")
     if report.failed:
         err.print(f"[red]{len(report.failed)} files failed:[/red]")
         for line in report.failed[:20]:
             err.print(f"  {line}", highlight=False)
         raise typer.Exit(1)
+
+
+def _store_maps(settings: Settings, repo: str, directory: Path, release: str) -> int:
+    """The source maps under ``directory`` stored as ``release``'s ("": the indexed tree's);
+    what was stored and what was refused, said. Returns how many bundles have a map."""
+    import redis
+
+    from shared.index.bundles import find_maps
+    from shared.intake.sourcemap_store import put_maps
+
+    found = find_maps(directory)
+    r = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
+    try:
+        stored = put_maps(r, repo, release, found.maps)
+    finally:
+        r.close()
+    if stored or found.refused or release:
+        what = f"release {release!r}" if release else "the tree"
+        out.print(
+            f"source maps: {stored} bundles of {what} mapped for {repo!r}"
+            + (f"; {len(found.refused)} refused" if found.refused else ""),
+            highlight=False,
+            markup=False,
+        )
+    for path, why in found.refused[:20]:
+        err.print(f"  {path}: {why}", highlight=False, markup=False)
+    return stored
 
 
 def read_bounded(f: BinaryIO, limit: int) -> bytes:
@@ -681,6 +714,57 @@ def vectors_copy(
     if not copied:
         err.print(f"nothing to copy: {source} holds no repo", highlight=False)
     raise typer.Exit(1 if bad else 0)
+
+
+@sourcemaps_cli.command("add")
+def sourcemaps_add(
+    directory: Annotated[Path, typer.Argument(help="A build's output: bundles and their maps.")],
+    repo: Annotated[str, typer.Option("--repo", help="The repo whose code the maps point into.")],
+    release: Annotated[str, typer.Option("--release", help="The release the build deploys.")],
+) -> None:
+    """Hand over a release's source maps (from CI, before or as it deploys): minified frames of
+    its bundles are mapped to the original files and lines from then on. No upload of the
+    bundles themselves is needed; the maps stay in tracehound's Redis."""
+    from shared.core.domain import one_line
+
+    name = one_line(release, 128)
+    if not name:
+        err.print("[red]error:[/red] --release must name the release")
+        raise typer.Exit(2)
+    if not directory.is_dir():
+        err.print(f"[red]error:[/red] {str(directory)!r} is not a directory", highlight=False)
+        raise typer.Exit(2)
+    if not _store_maps(load_settings(), repo, directory, name):
+        err.print(f"[red]error:[/red] no usable source map under {str(directory)!r}")
+        raise typer.Exit(1)
+
+
+@sourcemaps_cli.command("list")
+def sourcemaps_list(
+    repo: Annotated[str, typer.Option("--repo", help="The repo whose maps to list.")],
+) -> None:
+    """The releases (and the indexed tree) with stored source maps, newest first."""
+    from datetime import UTC, datetime
+
+    import redis
+
+    from shared.intake.sourcemap_store import catalog
+
+    settings = load_settings()
+    r = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
+    releases: dict[str, tuple[int, int]] = {}
+    for b in catalog(r, repo):
+        count, at = releases.get(b.release, (0, 0))
+        releases[b.release] = (count + 1, max(at, b.added_ms))
+    if not releases:
+        out.print(f"no source maps for {repo!r}", highlight=False, markup=False)
+    for release, (count, at) in sorted(releases.items(), key=lambda kv: -kv[1][1]):
+        when = datetime.fromtimestamp(at / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        out.print(
+            f"{release or '(indexed tree)'}  {count} bundles  added {when}",
+            highlight=False,
+            markup=False,
+        )
 
 
 def main() -> None:

@@ -62,6 +62,7 @@ class Frame:
     module: str = ""  # Java/Kotlin package-qualified class, Go package path; else ""
     language: str = "python"
     code: str = ""  # the source line the trace printed under the frame, if any
+    column: int | None = None  # 1-based, where the trace prints one (JavaScript's)
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,20 @@ def host_of_stats_key(key: str) -> str:
     return key[len(f"{PREFIX}host:") : -len(":stats")]
 
 
+# --- source maps (shared/intake/sourcemap_store.py) -----------------------------------------
+
+
+def sourcemaps(repo: str) -> str:
+    """Hash: ``<release>\n<bundle path>`` -> the bundle's map (JSON: digest, when added), and
+    ``~version``; release "" holds the maps `tracehound index` found in the repo's tree."""
+    return f"{PREFIX}sourcemaps:{_digest(repo)}"
+
+
+def sourcemap_blobs(repo: str) -> str:
+    """Hash: map digest -> the decoded map (shared/intake/sourcemap.py), once per repo."""
+    return f"{PREFIX}sourcemaps:{_digest(repo)}:blobs"
+
+
 # --- code history (shared/index/history.py) ---------------------------------------------------
 
 

@@ -45,6 +45,7 @@ from shared.groups.triage import muted_among
 from shared.intake.events import REPO_CLAIMED
 from shared.intake.fingerprint import GroupingConfig, fingerprint, load_grouping_config
 from shared.intake.redact import Redactor
+from shared.intake.symbolicate import MapCatalog, Symbolicator
 from shared.intake.trace import with_trace
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class Intake:
         self.redactor = Redactor.from_settings(
             settings.redact, settings.redact_extra, settings.redact_disable
         )
+        self.symbolicator = Symbolicator(MapCatalog(r))
         self.admitter = Admitter(
             r,
             AdmissionPolicy(
@@ -121,6 +123,10 @@ class Intake:
     def _prepare(self, event: ErrorEvent) -> tuple[ErrorEvent, str]:
         # the trace is read from the redacted text, once: every later stage reads it
         event = with_trace(self.redactor.redact_event(self._held_to_its_repos(event)))
+        # minified frames of a bundle the repo has a map for: read again as the original code
+        # (the rewritten text redacted whole again: its names and paths came from the maps)
+        if (mapped := self.symbolicator.symbolicate(event)) is not None:
+            event = with_trace(self.redactor.redact_event(mapped))
         return event, fingerprint(event, self._grouping(event.service)).value
 
     def _held_to_its_repos(self, event: ErrorEvent) -> ErrorEvent:

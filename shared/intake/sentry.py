@@ -221,6 +221,10 @@ def frame_list(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         if code := _str(f.get("context_line")).strip():
             frame["code"] = code
+        # a minified frame is mapped by its column (shared/intake/symbolicate.py)
+        colno = f.get("colno")
+        if isinstance(colno, int) and not isinstance(colno, bool) and colno > 0:
+            frame["column"] = colno
         out.append(frame)
     return out
 

@@ -73,6 +73,7 @@ def sdk_frames(event: ErrorEvent) -> tuple[Frame, ...]:
         if not isinstance(f, dict) or not isinstance(f.get("file"), str):
             continue
         line = f.get("line")
+        column = f.get("column")
         # A JVM frame is found by its class's package plus the file's name (PathMapper).
         file = f["file"].replace("\\", "/").rsplit("/", 1)[-1] if language == "java" else f["file"]
         frames.append(
@@ -83,6 +84,7 @@ def sdk_frames(event: ErrorEvent) -> tuple[Frame, ...]:
                 module=str(f.get("module") or "") if language == "java" else "",
                 language=language,
                 code=str(f.get("code") or ""),
+                column=column if isinstance(column, int) and not isinstance(column, bool) else None,
             )
         )
     return tuple(frames)

@@ -29,7 +29,7 @@ SKIM_FOLDED: tuple[bytes, ...] = ()
 # at handler (/app/src/x.js:10:5)   /   at /app/src/x.js:10:5   /   at async fn (file:///x.mjs:1:2)
 _NODE = re.compile(
     r"^\s*at (?:(?P<func>.+?) \()?(?P<file>[^()\s]+?\.(?:js|mjs|cjs|jsx|ts|tsx|mts|cts))"
-    r":(?P<line>\d+):\d+\)?\s*$"
+    r":(?P<line>\d+):(?P<column>\d+)\)?(?: \{)?\s*$"  # " {": the error's own properties follow
 )
 
 
@@ -37,5 +37,7 @@ def frame(lines: Sequence[str], i: int) -> Frame | None:
     """The frame line ``i`` of ``lines`` names, if it is one of Node's."""
     if m := _NODE.match(lines[i].rstrip()):
         func = (m["func"] or "").removeprefix("async ").removeprefix("new ")
-        return Frame(m["file"], int(m["line"]), func, language="javascript")
+        return Frame(
+            m["file"], int(m["line"]), func, language="javascript", column=int(m["column"])
+        )
     return None

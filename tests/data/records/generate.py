@@ -40,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -537,13 +537,15 @@ def version_from_jar(jar: Path) -> str:
     return "?"
 
 
-def npm_ready(node_dir: Path, env: dict[str, str]) -> str | None:
-    """Install node/node_modules from the lock when it is missing or stale; None when ready,
-    else why it could not be installed."""
+def npm_ready(
+    node_dir: Path, env: dict[str, str], packages: Sequence[str] = NPM_PACKAGES
+) -> str | None:
+    """Install ``node_dir``'s node_modules from its lock when missing or stale; None when
+    ready, else why it could not be installed."""
     lock = json.loads((node_dir / "package-lock.json").read_text())["packages"]
 
     def stale() -> bool:
-        for name in NPM_PACKAGES:
+        for name in packages:
             meta = node_dir / "node_modules" / name / "package.json"
             want = lock.get(f"node_modules/{name}", {}).get("version")
             if not meta.is_file() or json.loads(meta.read_text())["version"] != want:
