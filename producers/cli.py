@@ -579,7 +579,10 @@ def eval_(
     ] = None,
     corpora: Annotated[
         Path | None,
-        typer.Option(help="Holds each case's corpus as <pypi_name>-<pypi_version>/."),
+        typer.Option(
+            help="Holds each case's corpus as <pypi_name>-<pypi_version>/, or as "
+            "<owner>__<name>@<commit[:12]>/ for a git case (benchmarks/cases/fetch_git_corpus.py)."
+        ),
     ] = None,
     feedback: Annotated[
         bool,

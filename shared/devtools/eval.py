@@ -65,10 +65,20 @@ def base_mode(mode: str) -> str:
 @dataclass(frozen=True)
 class Case:
     id: str
-    corpus: str  # <pypi_name>-<pypi_version>
+    corpus: str  # <pypi_name>-<pypi_version>, or <owner>__<name>@<commit[:12]> (a git artifact)
     query: str
     gold: tuple[str, ...]
     kind: str = ""
+    language: str = "python"
+
+
+def corpus_of(raw: dict[str, Any]) -> str:
+    """Where a case's corpus is unpacked: its sdist's name and version (the Python cases), or
+    its repository at the fix's parent commit (benchmarks/cases/fetch_git_corpus.py)."""
+    artifact = raw.get("artifact")
+    if isinstance(artifact, dict) and artifact.get("type") == "git":
+        return f"{str(artifact['repo']).replace('/', '__')}@{str(artifact['commit'])[:12]}"
+    return f"{raw['pypi_name']}-{raw['pypi_version']}"
 
 
 def load_cases(path: Path, *, limit: int | None = None) -> list[Case]:
@@ -81,10 +91,11 @@ def load_cases(path: Path, *, limit: int | None = None) -> list[Case]:
             cases.append(
                 Case(
                     id=str(raw["id"]),
-                    corpus=f"{raw['pypi_name']}-{raw['pypi_version']}",
+                    corpus=corpus_of(raw),
                     query=str(raw["query"]),
                     gold=tuple(raw["gold_files"]),
                     kind=str(raw.get("query_kind", "")),
+                    language=str(raw.get("language", "python")),
                 )
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -321,6 +332,8 @@ class EvalReport:
     # Modes without a reranker: the TRACEHOUND_MIN_OVERLAP suggested by the cases none of whose
     # frames fall in the repo's own code (the only ones the overlap decides for)
     overlap_calibration: dict[str, dict[str, float | int] | None] = field(default_factory=dict)
+    # language -> mode -> the summary of that language's cases alone
+    by_language: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -328,6 +341,7 @@ class EvalReport:
             "chunker": CHUNKER_VERSION,
             "modes": self.modes,
             "summary": self.summary,
+            "by_language": self.by_language,
             "calibration": self.calibration,
             "overlap_calibration": self.overlap_calibration,
             "skipped": self.skipped,
@@ -471,6 +485,7 @@ def run_eval(
                 "id": case.id,
                 "corpus": corpus_name,
                 "kind": case.kind,
+                "language": case.language,
                 "gold": list(case.gold),
                 "missing_gold": [g for g in case.gold if g not in index.by_path],
                 "query": query,
@@ -539,6 +554,7 @@ def run_eval(
                     row["modes"][mode]["best_relevance"] = score
             report.cases.append(row)
     report.summary = {m: summarize(ranked_by_mode[m]) for m in modes}
+    report.by_language = language_summaries(report.cases, modes)
     _add_seen(report, seen_by_mode)
     for mode, points in relevance_by_mode.items():
         suggested = suggest_threshold(points)
@@ -663,6 +679,39 @@ def render_table(report: EvalReport) -> Any:
         s = report.summary.get(mode, {})
         table.add_row(
             mode, *(f"{s.get(f'recall@{k}', 0.0):.3f}" for k in KS), f"{s.get('mrr', 0.0):.3f}"
+        )
+    return table
+
+
+def language_summaries(
+    rows: Sequence[dict[str, Any]], modes: Sequence[str]
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Each language's cases summarized apart (the per-case rows of a report)."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for language in sorted({str(r.get("language", "python")) for r in rows}):
+        mine = [r for r in rows if str(r.get("language", "python")) == language]
+        out[language] = {
+            m: summarize((r["modes"][m]["files"], r["gold"]) for r in mine if m in r["modes"])
+            for m in modes
+        }
+    return out
+
+
+def language_table(report: EvalReport, mode: str = "all") -> Any:
+    """A rich table: one row per language (``mode``'s R@1, R@5, MRR and the case count)."""
+    from rich.table import Table
+
+    table = Table(title=f"mode {mode} per language (embedder {report.embedder})")
+    for name in ("language", "cases", "R@1", "R@5", "MRR"):
+        table.add_column(name, justify="left" if name == "language" else "right")
+    for language, by_mode in report.by_language.items():
+        s = by_mode.get(mode, {})
+        table.add_row(
+            language,
+            str(int(s.get("cases", 0))),
+            f"{s.get('recall@1', 0.0):.3f}",
+            f"{s.get('recall@5', 0.0):.3f}",
+            f"{s.get('mrr', 0.0):.3f}",
         )
     return table
 

@@ -37,6 +37,7 @@ from shared.devtools.eval import (
     EmbeddingCache,
     base_mode,
     calibration_lines,
+    language_table,
     load_cases,
     make_embedder,
     render_table,
@@ -189,6 +190,8 @@ def _print_report(
     table = render_table(report)
     table.columns[0].header = rows
     out.print(table)
+    if len(getattr(report, "by_language", {})) > 1 and report.modes:
+        out.print(language_table(report, "all" if "all" in report.modes else report.modes[0]))
     for line in calibration_lines(report):
         out.print(line, highlight=False)
     for skipped in report.skipped:

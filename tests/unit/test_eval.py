@@ -333,3 +333,31 @@ def test_the_follow_up_cross_validation_reproduces_the_follow_up_mode(
     expected = (*(summary[f"recall@{k}"] for k in KS), summary["mrr"])
     assert metrics == pytest.approx(expected)
     assert set(followed.chosen) == {"shop", "store"}
+
+
+def test_a_git_case_names_its_commit_as_corpus_and_is_scored_per_language(tmp_path: Path) -> None:
+    shop = tmp_path / "corpora" / "acme__shop@0123456789ab"
+    (shop / "src").mkdir(parents=True)
+    (shop / "src" / "Cart.java").write_text(
+        "package shop;\nclass Cart {\n  int total(int[] xs) { return xs[99]; }\n}\n"
+    )
+    (shop / "src" / "Other.java").write_text("package shop;\nclass Other {\n  void idle() {}\n}\n")
+    lines = [
+        {
+            "id": f"acme__shop-{i}",
+            "repo": "acme/shop",
+            "language": "java",
+            "query": "java.lang.ArrayIndexOutOfBoundsException\n\tat shop.Cart.total(Cart.java:3)",
+            "query_kind": "traceback",
+            "gold_files": ["src/Cart.java"],
+            "artifact": {"type": "git", "repo": "acme/shop", "commit": "0123456789ab" + "c" * 28},
+        }
+        for i in range(2)
+    ]
+    path = tmp_path / "cases.jsonl"
+    path.write_text("\n".join(json.dumps(c) for c in lines))
+    cases = load_cases(path)
+    assert {(c.corpus, c.language) for c in cases} == {("acme__shop@0123456789ab", "java")}
+    report = run_eval(cases, tmp_path / "corpora", embedder=SimulatorEmbedder(), modes=["all"])
+    assert report.by_language["java"]["all"]["cases"] == 2
+    assert report.by_language["java"]["all"]["recall@1"] == 1.0
