@@ -51,7 +51,8 @@ def put_maps(
     release had; older releases past ``keep_releases`` and maps no bundle uses any more are
     dropped. Returns how many bundles the release has now."""
     catalog_key, blobs_key = keys.sourcemaps(repo), keys.sourcemap_blobs(repo)
-    now = int(time.time() * 1000)
+    # strictly after every release already stored: "newest" never rests on a tie of clocks
+    now = max([int(time.time() * 1000), *(b.added_ms + 1 for b in catalog(r, repo))])
     blobs = {}
     fields = {}
     for path, decoded in maps.items():

@@ -24,14 +24,17 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from shared.core.domain import ErrorEvent
-from shared.intake import sourcemap_store
-from shared.intake.sourcemap import DecodedMap, Origin, SourceMapError
-from shared.intake.sourcemap_store import TREE, Bundle
+
+if TYPE_CHECKING:  # numpy comes with them: loaded only when a JavaScript frame needs a map
+    from shared.intake.sourcemap import DecodedMap, Origin
+    from shared.intake.sourcemap_store import Bundle
+
+TREE = ""  # shared/intake/sourcemap_store.py's release of the tree's maps
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +87,8 @@ class MapCatalog:
         self._lock = threading.Lock()
 
     def _catalog(self, repo: str) -> _Catalog:
+        from shared.intake import sourcemap_store
+
         now = self.clock()
         known = self._catalogs.get(repo)
         if known is not None and now - known.checked < self.refresh_s:
@@ -119,6 +124,9 @@ class MapCatalog:
         return max(candidates, key=rank)
 
     def decoded(self, repo: str, bundle: Bundle) -> DecodedMap | None:
+        from shared.intake import sourcemap_store
+        from shared.intake.sourcemap import SourceMapError
+
         key = (repo, bundle.digest)
         with self._lock:
             if key in self._maps:

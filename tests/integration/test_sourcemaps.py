@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from shared.core import keys
 from shared.core.domain import ErrorEvent
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
@@ -22,7 +23,7 @@ from shared.groups.submit import Intake
 from shared.index.bundles import find_maps
 from shared.intake.events import parse_event
 from shared.intake.sourcemap import parse_map
-from shared.intake.sourcemap_store import put_maps
+from shared.intake.sourcemap_store import catalog, put_maps
 from shared.intake.symbolicate import MapCatalog, Symbolicator
 from shared.intake.trace import with_trace
 from shared.stack.localstack import LocalStack, tracehound_executable
@@ -284,3 +285,21 @@ def test_index_maps_a_minified_trace_into_the_message_end_to_end(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "src/pricing/discounts.js" in done.stdout
+
+
+def test_only_the_newest_releases_are_kept_and_their_maps_with_them(
+    fresh_redis: redis.Redis,
+) -> None:
+    small = {"version": 3, "sources": ["src/a.js"], "names": [], "mappings": "AAAA"}
+    for n in range(4):
+        decoded = parse_map(json.dumps({**small, "sources": [f"src/a{n}.js"]}).encode())
+        put_maps(fresh_redis, "shop", f"1.{n}", {"dist/a.js": decoded}, keep_releases=2)
+    assert {b.release for b in catalog(fresh_redis, "shop")} == {"1.2", "1.3"}
+    assert fresh_redis.hlen(keys.sourcemap_blobs("shop")) == 2  # the dropped releases' maps too
+    event = with_trace(
+        ErrorEvent(
+            service="shop", repo="shop", stacktrace="Error: x\n    at f (/app/dist/a.js:1:1)"
+        )
+    )
+    mapped = Symbolicator(MapCatalog(fresh_redis)).symbolicate(event)
+    assert mapped is not None and "src/a3.js:1:1" in mapped.stacktrace  # the newest release's
