@@ -338,6 +338,62 @@ def test_node_sentry_sdk_error_with_cause_becomes_an_event_and_starts_a_chain(
     assert {("checkout", "app.js"), ("parseOrder", "app.js")} <= parsed
 
 
+SENTRY_SHOP = """
+import * as Sentry from "@sentry/node";
+import { placeOrder } from "./checkout/checkout.js";
+
+Sentry.init({ dsn: process.argv[2], release: "3.0.0" });
+try {
+  await placeOrder('{"items": [{"sku": "A-1", "qty": 2, "cents": 1250}], "code": "SPRING-50"}');
+} catch (err) {
+  Sentry.captureException(err);
+}
+await Sentry.flush(10000);
+"""
+
+
+def test_node_sentry_sdk_frames_of_a_minified_bundle_reach_the_chain_as_the_original_code(
+    server: Server, node_app: Path, tmp_path: Path
+) -> None:
+    """The shop (tests/data/sourcemaps) bundled and minified by esbuild with the real
+    @sentry/node; the release's maps handed over as CI would: the SDK's frames (file, line,
+    column) come out of intake as the original files, lines and functions."""
+    from shared.index.bundles import find_maps
+    from shared.intake.sourcemap_store import put_maps
+    from tests.data.sourcemaps import build
+
+    if (why := build.ready()) is not None:
+        pytest.skip(f"the source-map fixture cannot be built: {why}")
+    root = build.copy_app(tmp_path)
+    (root / "src" / "sentry-main.js").write_text(SENTRY_SHOP)
+    (root / "node_modules").symlink_to(node_app / "node_modules", target_is_directory=True)
+    esbuild = build.APP / "node_modules" / ".bin" / "esbuild"
+    run(
+        [
+            str(esbuild), "src/sentry-main.js", "--bundle", "--minify", "--platform=node",
+            "--format=esm", "--outdir=dist", "--entry-names=[name].[hash]", "--sourcemap",
+            "--external:@sentry/node", "--log-level=warning",
+        ],
+        cwd=root,
+    )  # fmt: skip
+    put_maps(server.client, "node-shop", "3.0.0", find_maps(root / "dist").maps)
+    [bundle] = (root / "dist").glob("sentry-main.*.js")
+
+    run(["node", str(bundle), server.dsn("12")], cwd=root)
+
+    [event] = server.queued()
+    assert event.attributes["release"] == "3.0.0"
+    frames = [(f["file"], f["line"], f["function"]) for f in event.attributes["frames"]]
+    assert frames[:3] == [
+        ("src/pricing/discounts.js", 10, "applyDiscount"),
+        ("src/pricing/total.js", 5, ""),
+        ("src/pricing/total.js", 5, "cartTotal"),
+    ], frames
+    assert event.trace is not None
+    assert event.trace.code_frames()[0].file == "src/pricing/discounts.js"
+    assert "at applyDiscount (src/pricing/discounts.js:10:" in event.stacktrace
+
+
 # --- OpenTelemetry logs ----------------------------------------------------------------------
 
 
