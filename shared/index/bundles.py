@@ -30,6 +30,7 @@ MAX_BUNDLES = 10_000
 _LINK = re.compile(r"^\s*//[#@]\s*sourceMappingURL=(\S+)\s*$")
 _LINK_BLOCK = re.compile(r"^\s*/\*[#@]\s*sourceMappingURL=(\S+)\s*\*/\s*$")
 TAIL_LINES = 3
+TAIL_BYTES = 4096  # read first: a file whose last lines fit and name no map is not read whole
 # Sources written by bundlers with a namespace instead of a directory: the rest is relative to
 # the project's root (webpack's context), not to the map.
 _NAMESPACED = re.compile(r"^(?:webpack|rollup|vite|turbopack|ng|parcel)://[^/]*/+")
@@ -185,8 +186,16 @@ def _map_of(
     """A bundle's map (its JSON), the map file's path ("" for an inline map) and the bundle's
     text; (None, "", None) when the bundle has none."""
     full = root / rel
-    if full.stat().st_size > max_bytes:
+    size = full.stat().st_size
+    if size > max_bytes:
         return None, "", None  # too large to read for its comment: its .map is used alone
+    beside = rel + MAP_SUFFIX
+    with full.open("rb") as f:  # most .js files are sources: their tail says so
+        f.seek(max(0, size - TAIL_BYTES))
+        tail = f.read()
+    whole_line = b"\n" in tail.rstrip() or size <= TAIL_BYTES
+    if whole_line and b"sourceMappingURL=" not in tail and beside not in map_files:
+        return None, "", None
     text = full.read_bytes().decode("utf-8", "replace")
     url = link_of(text)
     if url is not None and url.startswith("data:"):
@@ -195,7 +204,6 @@ def _map_of(
         target = posixpath.normpath(posixpath.join(posixpath.dirname(rel), url.split("?")[0]))
         if target in map_files:  # never a file outside the tree, nor one of another kind
             return _read(root / target, max_bytes), target, text
-    beside = rel + MAP_SUFFIX  # a remote URL is never fetched; a map beside the bundle is used
-    if beside in map_files:
+    if beside in map_files:  # a remote URL is never fetched; a map beside the bundle is used
         return _read(root / beside, max_bytes), beside, text
     return None, "", None
