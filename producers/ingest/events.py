@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -34,7 +36,13 @@ from starlette.requests import Request
 
 from producers.ingest.auth import bearer_ok
 from producers.ingest.body import read_body
-from producers.ingest.replies import REPLY_LIST_MAX, JSONReply, group_replies, unavailable
+from producers.ingest.replies import (
+    REPLY_LIST_MAX,
+    JSONReply,
+    backlogged,
+    group_replies,
+    unavailable,
+)
 from shared.core.pipeline import intake_batch_message
 from shared.groups.submit import Intake
 from shared.intake.batch import BodyError, QueuedBatch, decode_records, parse_batch
@@ -168,11 +176,29 @@ def queue_batch(
 
 class Spool:
     """Queues checked batches for the intake_batch task: ``queue_batch``, then an LPUSH
-    through redis.asyncio (its client made in the server's event loop, on first use)."""
+    through redis.asyncio (its client made in the server's event loop, on first use).
 
-    def __init__(self, intake: Intake, *, default_service: str | None, max_records: int) -> None:
+    Backpressure: every LPUSH answers the queue's length, so the spool knows the backlog at
+    no extra cost. Past ``ingest_max_backlog`` batches it answers 503 with Retry-After (what
+    Vector, Fluent Bit and the SDKs retry) instead of queuing more, and asks Redis for the
+    length again at most every ``RECHECK_S`` until the intake worker has caught up."""
+
+    RECHECK_S = 0.5
+
+    def __init__(
+        self,
+        intake: Intake,
+        *,
+        default_service: str | None,
+        max_records: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.intake, self.default_service, self.max_records = intake, default_service, max_records
+        self.max_backlog = intake.settings.ingest_max_backlog
         self.client: aioredis.Redis | None = None
+        self.clock = clock
+        self.backlog = 0  # the queue's length as Redis last said it
+        self.backlog_at = 0.0
 
     async def __call__(self, raw: bytes, digest: str, service: str | None) -> JSONReply:
         def check() -> tuple[dict[str, Any], int, tuple[str, bytes] | None]:
@@ -193,7 +219,15 @@ class Spool:
                     self.intake.settings.redis_url, socket_connect_timeout=5, socket_timeout=10
                 )
             try:
-                await self.client.lpush(*message)
+                if self.backlog >= self.max_backlog:
+                    if self.clock() - self.backlog_at >= self.RECHECK_S:
+                        self.backlog, self.backlog_at = (
+                            await self.client.llen(message[0]),
+                            self.clock(),
+                        )
+                    if self.backlog >= self.max_backlog:
+                        return backlogged(self.backlog, self.max_backlog)
+                self.backlog, self.backlog_at = await self.client.lpush(*message), self.clock()
             except (redis.RedisError, OSError) as exc:
                 return unavailable(exc)
         return JSONReply(reply, status_code=status)

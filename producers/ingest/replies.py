@@ -39,6 +39,20 @@ def unavailable(exc: Exception) -> JSONReply:
     )
 
 
+def backlogged(backlog: int, bound: int) -> JSONReply:
+    """The intake worker is behind: a 503 the shipper retries after Retry-After, so the
+    backlog stops growing while nothing sent is lost."""
+    log.warning("ingest.backlogged", extra={"backlog": backlog, "bound": bound})
+    return JSONReply(
+        {
+            "error": f"intake is {backlog} batches behind (bound {bound}): retry later",
+            "backlog": backlog,
+        },
+        status_code=503,
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
+
+
 def group_replies(submitted: list[Submitted]) -> list[dict[str, Any]]:
     """What became of each accepted event, as the endpoints' replies list it."""
     return [

@@ -247,6 +247,12 @@ class Settings(BaseSettings):
     ingest_max_records: int = Field(
         10_000, ge=1, description="Records per request; more is a 413 (split the batch)."
     )
+    ingest_max_backlog: int = Field(
+        500,
+        ge=1,
+        description="Batches waiting for the intake worker past which POST /v1/events answers "
+        "503 with Retry-After (shippers retry) instead of letting the backlog grow.",
+    )
     ingest_read_timeout: float = Field(
         30.0, gt=0, description="Seconds a request body may take to arrive; then a 408."
     )

@@ -7,13 +7,15 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import redis
 
 from shared.devtools.simulators.slack import SlackSimulator
-from shared.stack.localstack import LocalStack, start_ingest
+from shared.stack.localstack import LocalStack, start_ingest, start_redis
 from tests.conftest import DATA
 
 pytestmark = pytest.mark.integration
@@ -198,3 +200,38 @@ def test_by_default_a_batch_is_queued_answered_at_once_and_taken_by_the_intake_w
     assert "malformed JSON on line 2" in reply["rejected"][0]["error"]
     assert "accepted" not in reply  # decided later, by the intake worker
     assert delivered(slack_sim, ids) == 2
+
+
+def test_past_the_backlog_bound_ingest_answers_503_with_retry_after_and_queues_nothing_more(
+    tmp_path: Path,
+) -> None:
+    """No intake worker runs here, so the queue only grows: at the bound, shippers are told to
+    retry (Vector and Fluent Bit do on a 503) and the backlog stops growing; once batches are
+    taken, the same batch is accepted."""
+    redis_proc, redis_url = start_redis(tmp_path)
+    env = {
+        "TRACEHOUND_REDIS_URL": redis_url,
+        "TRACEHOUND_INGEST_TOKEN": TOKEN,
+        "TRACEHOUND_INGEST_MAX_BACKLOG": "3",
+    }
+    proc, url = start_ingest(tmp_path, env, "--service", "shop-api")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        batches = [json.dumps(event(id=f"b{i}", stack=TRACE)) for i in range(5)]
+        assert [post(url, b, wait=False).status_code for b in batches[:3]] == [202, 202, 202]
+        [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
+        refused = post(url, batches[3], wait=False)
+        assert refused.status_code == 503
+        assert refused.headers["Retry-After"] == "5"
+        assert "3 batches behind" in refused.json()["error"]
+        assert post(url, batches[4], wait=False).status_code == 503
+        assert client.llen(queue) == 3  # the backlog did not grow
+        client.rpop(queue, 2)  # the intake worker takes two batches
+        time.sleep(0.6)  # the spool asks Redis again after half a second
+        retried = post(url, batches[3], wait=False)  # the shipper's retry of the refused batch
+        assert retried.status_code == 202, retried.text
+        assert client.llen(queue) == 2
+    finally:
+        client.close()
+        proc.stop()
+        redis_proc.stop()
