@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from shared.core.domain import ErrorEvent
+from shared.core.memo import TextMemo
 
 if TYPE_CHECKING:  # numpy comes with them: loaded only when a JavaScript frame needs a map
     from shared.intake.sourcemap import DecodedMap, Origin
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 REFRESH_S = 5.0  # how stale a repo's list of bundles may be (a deploy's maps show up within it)
 CACHE_BYTES = 256 * 1024 * 1024  # decoded maps kept in memory, by their segments' size
 MAX_FRAME_LINES = 512  # frames looked up per event
+CODE_MAX_CHARS = 500  # an original source line put back under Node's header, at most
+TEXT_MAX_CHARS = 64_000  # a rewritten trace, at most (or the original's length, if longer)
 # A V8 frame line with its column: "    at [async ][new ]fn (loc:12:34)" or "    at loc:12:34".
 _FRAME = re.compile(
     r"^(?P<lead>\s*at (?:async )?)(?:(?P<new>new )?(?P<func>.+?) \()?"
@@ -104,6 +107,10 @@ class MapCatalog:
         self._catalogs[repo] = known
         return known
 
+    def version(self, repo: str) -> int:
+        """The version of the repo's list of maps this process reads (moves on every change)."""
+        return self._catalog(repo).version
+
     def bundle(self, repo: str, file: str, release: str) -> Bundle | None:
         """The stored bundle a frame's file names, by the rules in the module doc."""
         parts = file_parts(file)
@@ -157,11 +164,11 @@ class _Hit:
     column: int
 
 
-def _function(minified: str, hit: _Hit, caller: _Hit | None, decoded: DecodedMap) -> str:
+def _function(minified: str, hit: _Hit, caller: _Hit | None) -> str:
     """A mapped frame's function: its minified name's original (a method's receiver too:
     ``n.charge`` -> ``PaymentGateway.charge``), else the name the caller's call site has, else
     a method's property name (minifiers keep those), else nothing (a renamed binding)."""
-    line, column = hit.line, hit.column
+    decoded, line, column = hit.decoded, hit.line, hit.column
     owner, _, method = minified.rpartition(".")
     if owner:
         original = decoded.original_name(line, column, owner)
@@ -178,6 +185,9 @@ class Symbolicator:
 
     def __init__(self, catalog: MapCatalog) -> None:
         self.catalog = catalog
+        # A storm repeats one minified trace thousands of times: rewritten once per version
+        # of the repo's maps.
+        self._texts: TextMemo[str | None] = TextMemo(size=1024)
 
     def _origin(self, repo: str, release: str, file: str, line: int, column: int) -> _Hit | None:
         bundle = self.catalog.bundle(repo, file, release)
@@ -201,7 +211,10 @@ class Symbolicator:
         try:
             text_field = "stacktrace" if event.stacktrace else "message"
             text = getattr(event, text_field)
-            new_text = self._text(event.repo, release, text)
+            version = self.catalog.version(event.repo)
+            new_text = self._texts.get(
+                text, (event.repo, release, version), lambda: self._text(event.repo, release, text)
+            )
             new_frames = self._sdk_frames(event.repo, release, event.attributes.get("frames"))
         except redis.RedisError as exc:
             log.warning("sourcemap.unavailable", extra={"repo": event.repo, "error": str(exc)})
@@ -242,7 +255,7 @@ class Symbolicator:
                 _, hit = header
                 out.append(f"{hit.origin.source}:{hit.origin.line}")
                 code = hit.decoded.source_line(hit.origin.source, hit.origin.line)
-                if code is not None:
+                if code is not None and len(code) <= CODE_MAX_CHARS:
                     out += [code, " " * (hit.origin.column - 1) + "^"]
                 skip = 2
                 continue
@@ -251,7 +264,7 @@ class Symbolicator:
             if hit is None or m is None:
                 out.append(line)
                 continue
-            name = _function(m["func"] or "", hit, hits.get(i + 1), hit.decoded)
+            name = _function(m["func"] or "", hit, hits.get(i + 1))
             where = f"{hit.origin.source}:{hit.origin.line}:{hit.origin.column}"
             new = m["new"] if name else ""
             tail = m["tail"] or ""
@@ -260,7 +273,8 @@ class Symbolicator:
                 if name
                 else f"{m['lead']}{where}{tail}"
             )
-        return "\n".join(out)
+        # Original paths may be longer than the bundle's: bounded like any trace
+        return "\n".join(out)[: max(len(text), TEXT_MAX_CHARS)]
 
     def _header(self, repo: str, release: str, lines: Sequence[str]) -> tuple[int, _Hit] | None:
         """Node's uncaught-exception header (location, source line, caret), mapped."""
@@ -293,7 +307,7 @@ class Symbolicator:
                 out.append(f)
                 continue
             caller = hits[i + 1] if i + 1 < len(hits) else None
-            name = _function(str(f.get("function") or ""), hit, caller, hit.decoded)
+            name = _function(str(f.get("function") or ""), hit, caller)
             out.append(
                 {**f, "file": hit.origin.source, "line": hit.origin.line,
                  "column": hit.origin.column, "function": name}

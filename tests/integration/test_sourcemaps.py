@@ -303,3 +303,29 @@ def test_only_the_newest_releases_are_kept_and_their_maps_with_them(
     )
     mapped = Symbolicator(MapCatalog(fresh_redis)).symbolicate(event)
     assert mapped is not None and "src/a3.js:1:1" in mapped.stacktrace  # the newest release's
+
+
+def test_a_map_with_huge_paths_cannot_grow_a_trace_past_its_bound(
+    fresh_redis: redis.Redis,
+) -> None:
+    long_path = "src/" + "d/" * 490 + "a.js"  # about 1,000 characters, a map's longest source
+    small = {"version": 3, "sources": [long_path], "names": [], "mappings": "AAAA"}
+    put_maps(fresh_redis, "shop", "", {"dist/a.js": parse_map(json.dumps(small).encode())})
+    frames = "\n".join(f"    at f{i} (/app/dist/a.js:1:1)" for i in range(500))
+    event = with_trace(ErrorEvent(service="shop", repo="shop", stacktrace=f"Error: x\n{frames}"))
+    mapped = Symbolicator(MapCatalog(fresh_redis)).symbolicate(event)
+    assert mapped is not None and long_path in mapped.stacktrace
+    assert len(mapped.stacktrace) <= 64_000 < 500 * len(long_path)
+
+
+def test_maps_stored_after_a_trace_was_seen_map_its_next_occurrence(
+    built: Built, fresh_redis: redis.Redis
+) -> None:
+    """A deploy's maps arrive after its first errors: the next occurrence of the same trace is
+    mapped, not the unmapped rewrite remembered for a storm."""
+    symbolicator = Symbolicator(MapCatalog(fresh_redis, refresh_s=0))
+    event = with_trace(ErrorEvent(service="shop", repo="shop", stacktrace=built.minified["cart"]))
+    assert symbolicator.symbolicate(event) is None
+    put_maps(fresh_redis, "shop", "", find_maps(built.root).maps)
+    mapped = symbolicator.symbolicate(event)
+    assert mapped is not None and "at new Cart (src/checkout/cart.js:6:15)" in mapped.stacktrace
