@@ -113,6 +113,7 @@ def test_a_tree_gives_up_no_map_outside_itself_and_fetches_nothing(tmp_path: Pat
     outside.write_text(json.dumps(SMALL))
     root = tmp_path / "repo"
     (root / "dist").mkdir(parents=True)
+    (root / ".gitignore").write_text("dist/\n")  # build output: read all the same
     (root / "dist" / "a.js").write_text("x()\n//# sourceMappingURL=../../secret.js.map\n")
     (root / "dist" / "b.js").write_text("x()\n//# sourceMappingURL=https://cdn.example/b.js.map\n")
     (root / "dist" / "c.js").write_text("x()\n//# sourceMappingURL=c.js.map\n")
