@@ -24,6 +24,7 @@ p50/p95 error → notification latency; both set-ups ``--runs`` times
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import tempfile
@@ -64,6 +65,17 @@ def host_bound(requests: list[dict[str, Any]], latency: dict[str, float], load_s
         if entry.get("model"):
             models.add(entry["model"])
     return busy + max(0, len(models) - 1) * load_s
+
+
+def chat_gap(requests: list[dict[str, Any]]) -> float:
+    """The median time the host waits between one chat's reply and the next chat's request
+    (while chats remain): how long the LLM stage takes to hand the host its next request."""
+    chats = sorted(
+        (e for e in requests if "chat" in e.get("path", "") and e.get("t_end")),
+        key=lambda e: e["t"],
+    )
+    gaps = [b["t"] - a["t_end"] for a, b in itertools.pairwise(chats)]
+    return statistics.median(gaps) if gaps else 0.0
 
 
 def run(leases: bool, n_errors: int, n_files: int, scale: float) -> dict[str, float]:
@@ -113,9 +125,14 @@ def run(leases: bool, n_errors: int, n_files: int, scale: float) -> dict[str, fl
                 change.get(timeout=3600)
             makespan = time.time() - t0
             app.close()
+            served = ollama.requests
+            chats = [e for e in served if "chat" in e.get("path", "") and e.get("t_end")]
             return {
+                "first_chat": min(e["t"] for e in chats) - t0 if chats else 0.0,
+                "after_chats": t0 + makespan - max(e["t_end"] for e in chats) if chats else 0.0,
                 "makespan": makespan,
-                "bound": host_bound(ollama.requests, latency, 2.0 * scale),
+                "bound": host_bound(served, latency, 2.0 * scale),
+                "chat_gap": chat_gap(served),
                 "loads": ollama.load_count,
                 "p50": pct(latencies, 0.5),
                 "p95": pct(latencies, 0.95),
@@ -126,7 +143,7 @@ def run(leases: bool, n_errors: int, n_files: int, scale: float) -> dict[str, fl
 
 BOUND_GOAL = 1.15  # issue 35: the lease's makespan within 15% of the bound
 SETUPS = (("naive", "naive (no lease)", False), ("lease", "tracehound (host lease)", True))
-METRICS = ("makespan", "bound", "ratio", "loads", "p50", "p95")
+METRICS = ("makespan", "bound", "ratio", "chat_gap", "loads", "p50", "p95")
 
 
 def med(values: list[float], fmt: str) -> str:
@@ -161,7 +178,8 @@ def main() -> int:
             results[key].append(r)
             print(
                 f"run {i + 1}/{args.runs} {name}: makespan {r['makespan']:.1f} s "
-                f"({r['ratio']:.2f}x the bound {r['bound']:.1f} s), "
+                f"({r['ratio']:.2f}x the bound {r['bound']:.1f} s; first chat at "
+                f"{r['first_chat']:.1f} s, {r['after_chats']:.1f} s after the last), "
                 f"loads {r['loads']:.0f}, p50 {r['p50']:.1f} s, p95 {r['p95']:.1f} s",
                 flush=True,
             )
@@ -170,20 +188,24 @@ def main() -> int:
         f"{2.0 * args.scale:g} s, embed {20 * args.scale:g} ms, rerank {200 * args.scale:g} "
         f"ms, chat {3.0 * args.scale:g} s, Slack pace {args.scale:g} s (scale {args.scale:g})\n"
     )
-    head = "| makespan s | bound s | makespan / bound | model loads | error→message p50 s | p95 s |"
+    head = (
+        "| makespan s | bound s | makespan / bound | chat→chat gap s | model loads "
+        "| error→message p50 s | p95 s |"
+    )
     print("| run | set-up " + head)
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for i in range(args.runs):
         for key, name, _ in SETUPS:
             r = results[key][i]
             print(
                 f"| {i + 1} | {name} | {r['makespan']:.1f} | {r['bound']:.1f} | "
-                f"{r['ratio']:.2f} | {r['loads']:.0f} | {r['p50']:.1f} | {r['p95']:.1f} |"
+                f"{r['ratio']:.2f} | {r['chat_gap']:.3f} | {r['loads']:.0f} | {r['p50']:.1f} | "
+                f"{r['p95']:.1f} |"
             )
     print(f"\nmedian of {args.runs} runs (min–max):\n")
     print("| set-up " + head)
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    formats = {"loads": ".0f", "ratio": ".2f"}
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    formats = {"loads": ".0f", "ratio": ".2f", "chat_gap": ".3f"}
     for key, name, _ in SETUPS:
         rs = results[key]
         cols = [med([r[m] for r in rs], formats.get(m, ".1f")) for m in METRICS]
