@@ -67,13 +67,10 @@ def host_bound(requests: list[dict[str, Any]], latency: dict[str, float], load_s
     return busy + max(0, len(models) - 1) * load_s
 
 
-def chat_gap(requests: list[dict[str, Any]]) -> float:
+def chat_gap(chats: list[dict[str, Any]]) -> float:
     """The median time the host waits between one chat's reply and the next chat's request
-    (while chats remain): how long the LLM stage takes to hand the host its next request."""
-    chats = sorted(
-        (e for e in requests if "chat" in e.get("path", "") and e.get("t_end")),
-        key=lambda e: e["t"],
-    )
+    (``chats`` in the order they came): how long the LLM stage takes to hand the host its
+    next request."""
     gaps = [b["t"] - a["t_end"] for a, b in itertools.pairwise(chats)]
     return statistics.median(gaps) if gaps else 0.0
 
@@ -126,13 +123,16 @@ def run(leases: bool, n_errors: int, n_files: int, scale: float) -> dict[str, fl
             makespan = time.time() - t0
             app.close()
             served = ollama.requests
-            chats = [e for e in served if "chat" in e.get("path", "") and e.get("t_end")]
+            chats = sorted(
+                (e for e in served if "chat" in e.get("path", "") and e.get("t_end")),
+                key=lambda e: e["t"],
+            )
             return {
-                "first_chat": min(e["t"] for e in chats) - t0 if chats else 0.0,
+                "first_chat": chats[0]["t"] - t0 if chats else 0.0,
                 "after_chats": t0 + makespan - max(e["t_end"] for e in chats) if chats else 0.0,
                 "makespan": makespan,
                 "bound": host_bound(served, latency, 2.0 * scale),
-                "chat_gap": chat_gap(served),
+                "chat_gap": chat_gap(chats),
                 "loads": ollama.load_count,
                 "p50": pct(latencies, 0.5),
                 "p95": pct(latencies, 0.95),

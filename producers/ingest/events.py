@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -185,18 +184,10 @@ class Spool:
 
     RECHECK_S = 0.5
 
-    def __init__(
-        self,
-        intake: Intake,
-        *,
-        default_service: str | None,
-        max_records: int,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, intake: Intake, *, default_service: str | None, max_records: int) -> None:
         self.intake, self.default_service, self.max_records = intake, default_service, max_records
         self.max_backlog = intake.settings.ingest_max_backlog
         self.client: aioredis.Redis | None = None
-        self.clock = clock
         self.backlog = 0  # the queue's length as Redis last said it
         self.backlog_at = 0.0
 
@@ -220,14 +211,14 @@ class Spool:
                 )
             try:
                 if self.backlog >= self.max_backlog:
-                    if self.clock() - self.backlog_at >= self.RECHECK_S:
+                    if time.monotonic() - self.backlog_at >= self.RECHECK_S:
                         self.backlog, self.backlog_at = (
                             await self.client.llen(message[0]),
-                            self.clock(),
+                            time.monotonic(),
                         )
                     if self.backlog >= self.max_backlog:
                         return backlogged(self.backlog, self.max_backlog)
-                self.backlog, self.backlog_at = await self.client.lpush(*message), self.clock()
+                self.backlog, self.backlog_at = await self.client.lpush(*message), time.monotonic()
             except (redis.RedisError, OSError) as exc:
                 return unavailable(exc)
         return JSONReply(reply, status_code=status)

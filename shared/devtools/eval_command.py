@@ -190,7 +190,7 @@ def _print_report(
     table = render_table(report)
     table.columns[0].header = rows
     out.print(table)
-    if len(getattr(report, "by_language", {})) > 1 and report.modes:
+    if len(report.by_language) > 1 and report.modes:
         out.print(language_table(report, "all" if "all" in report.modes else report.modes[0]))
     for line in calibration_lines(report):
         out.print(line, highlight=False)

@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
 from shared.core import keys
-from shared.intake.sourcemap import DecodedMap
+
+if TYPE_CHECKING:  # numpy comes with it: loaded only when a map is read or written
+    from shared.intake.sourcemap import DecodedMap
+
+log = logging.getLogger(__name__)
 
 VERSION_FIELD = "~version"
 KEEP_RELEASES = 50
@@ -122,5 +127,14 @@ def catalog_version(r: redis.Redis, repo: str) -> int:
 
 
 def load_map(r: redis.Redis, repo: str, digest: str) -> DecodedMap | None:
+    """A stored map, or None when it is gone or unreadable (said in the log)."""
+    from shared.intake.sourcemap import DecodedMap, SourceMapError
+
     blob = r.hget(keys.sourcemap_blobs(repo), digest)
-    return DecodedMap.from_blob(blob) if isinstance(blob, bytes) else None
+    if not isinstance(blob, bytes):
+        return None
+    try:
+        return DecodedMap.from_blob(blob)
+    except SourceMapError:
+        log.warning("sourcemap.unreadable", extra={"repo": repo, "map": digest})
+        return None

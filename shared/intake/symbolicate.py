@@ -30,12 +30,11 @@ import redis
 
 from shared.core.domain import ErrorEvent
 from shared.core.memo import TextMemo
+from shared.intake import sourcemap_store
+from shared.intake.sourcemap_store import TREE, Bundle
 
 if TYPE_CHECKING:  # numpy comes with them: loaded only when a JavaScript frame needs a map
     from shared.intake.sourcemap import DecodedMap, Origin
-    from shared.intake.sourcemap_store import Bundle
-
-TREE = ""  # shared/intake/sourcemap_store.py's release of the tree's maps
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +89,6 @@ class MapCatalog:
         self._lock = threading.Lock()
 
     def _catalog(self, repo: str) -> _Catalog:
-        from shared.intake import sourcemap_store
-
         now = self.clock()
         known = self._catalogs.get(repo)
         if known is not None and now - known.checked < self.refresh_s:
@@ -131,19 +128,12 @@ class MapCatalog:
         return max(candidates, key=rank)
 
     def decoded(self, repo: str, bundle: Bundle) -> DecodedMap | None:
-        from shared.intake import sourcemap_store
-        from shared.intake.sourcemap import SourceMapError
-
         key = (repo, bundle.digest)
         with self._lock:
             if key in self._maps:
                 self._maps.move_to_end(key)
                 return self._maps[key]
-        try:
-            found = sourcemap_store.load_map(self.r, repo, bundle.digest)
-        except SourceMapError:
-            log.warning("sourcemap.unreadable", extra={"repo": repo, "bundle": bundle.path})
-            return None
+        found = sourcemap_store.load_map(self.r, repo, bundle.digest)
         if found is None:
             return None
         with self._lock:

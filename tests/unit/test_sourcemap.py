@@ -28,10 +28,8 @@ def _raw(obj: object) -> bytes:
 
 def test_a_small_map_maps_each_position_to_its_source_line_and_name() -> None:
     m = parse_map(_raw(SMALL))
-    assert m.lookup(1, 1) is not None and (m.lookup(1, 1).source, m.lookup(1, 1).line) == (
-        "a.js",
-        1,
-    )  # type: ignore[union-attr]
+    first = m.lookup(1, 1)
+    assert first is not None and (first.source, first.line) == ("a.js", 1)
     at = m.lookup(2, 7)
     assert at is not None and (at.line, at.column, at.name) == (2, 3, "run")
     assert m.source_line("a.js", 2) == "second line"
