@@ -6,7 +6,8 @@ segments are merged into larger ones in the background of indexing (:func:`merge
 worker therefore loads a new segment when the index changes, never the whole corpus, and the
 segments are compact arrays that load without parsing.
 
-A segment is stored as byte strings (:meth:`Segment.fields`; the store keeps the LARGE ones
+A segment is stored as byte strings (:meth:`Segment.fields`: compressed, as a reader reads a
+segment once per machine, ``shared/index/segment_cache.py``; the store keeps the LARGE ones
 apart, see ``shared/index/corpus.py``); string lists are joined by NUL, which neither chunk
 ids, paths nor tokens contain.
 """
@@ -14,6 +15,7 @@ ids, paths nor tokens contain.
 from __future__ import annotations
 
 import math
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +27,9 @@ from shared.core.domain import Chunk
 from shared.index.chunking import defined_names
 from shared.index.tokens import tokenize
 
-FORMAT = b"1"
+FORMAT = b"2"
+FORMAT_1 = b"1"  # uncompressed, as written before FORMAT 2; still read
+LEVEL = 1  # zlib: its fastest level takes postings from 30 to 5 MB; higher levels gain little
 SEP = "\0"
 # Segments within one power of MERGE_FACTOR in size form a tier; a tier holding this many is
 # merged into one. Fewer segments means fewer postings lookups per query term, more merging.
@@ -130,42 +134,62 @@ class Segment:
         p = self.postings
         return np.repeat(np.arange(len(p.vocab), dtype=np.int32), np.diff(p.indptr))
 
+    def tfs_dtype(self) -> str:
+        tfs = self.postings.tfs
+        wide = len(tfs) and int(tfs.max()) > np.iinfo(np.uint16).max
+        return "<i4" if wide else "<u2"  # a chunk rarely holds a token 65,536 times
+
     def fields(self) -> dict[str, bytes]:
+        """The stored form (FORMAT 2): every field zlib-compressed, arrays byte-shuffled
+        first, and each term's documents as gaps from the one before (small numbers)."""
         p = self.postings
-        wide = len(p.tfs) and int(p.tfs.max()) > np.iinfo(np.uint16).max
-        tfs_dtype = "<i4" if wide else "<u2"  # a chunk rarely holds a token 65,536 times
-        return {
-            "format": FORMAT,
+        tfs_dtype = self.tfs_dtype()
+        blobs = {
             "ids": self.id_blob,
             "paths": SEP.join(self.paths).encode("utf-8", errors="surrogateescape"),
-            "path_of": _bytes(self.path_of, "<i4"),
-            "starts": _bytes(self.starts, "<i4"),
-            "ends": _bytes(self.ends, "<i4"),
             "names": self.name_blob,
             "vocab": SEP.join(p.vocab).encode(),
-            "indptr": _bytes(p.indptr, "<i8"),
-            "docs": _bytes(p.docs, "<i4"),
+        }
+        arrays = {
+            "path_of": (self.path_of, "<i4"),
+            "starts": (self.starts, "<i4"),
+            "ends": (self.ends, "<i4"),
+            "indptr": (p.indptr, "<i8"),
+            "docs": (_gaps(p.docs, p.indptr), "<i4"),
+            "tfs": (p.tfs, tfs_dtype),
+            "lengths": (p.lengths, "<i4"),
+        }
+        return {
+            "format": FORMAT,
             "tfs_dtype": tfs_dtype.encode(),
-            "tfs": _bytes(p.tfs, tfs_dtype),
-            "lengths": _bytes(p.lengths, "<i4"),
+            **{name: zlib.compress(blob, LEVEL) for name, blob in blobs.items()},
+            **{name: _pack(a, dtype) for name, (a, dtype) in arrays.items()},
         }
 
     @classmethod
     def from_fields(cls, raw: Mapping[bytes | str, bytes | np.ndarray]) -> Segment:
-        """The segment :meth:`fields` wrote; the LARGE ones may come as arrays already."""
+        """The segment :meth:`fields` wrote (or FORMAT 1, uncompressed, as written before);
+        the LARGE ones may come as arrays already."""
         f = {(k.decode() if isinstance(k, bytes) else k): v for k, v in raw.items()}
-        if f.get("format") != FORMAT:
+        packed = f.get("format") == FORMAT
+        if not packed and f.get("format") != FORMAT_1:
             raise ValueError(f"unknown keyword segment format {f.get('format')!r}")
 
+        def data(name: str) -> bytes:
+            v = f[name]
+            return v.tobytes() if isinstance(v, np.ndarray) else v
+
         def array(name: str, dtype: str) -> np.ndarray:
+            if packed:
+                return _unpack(data(name), dtype)
             v = f[name]
             return v.view(dtype) if isinstance(v, np.ndarray) else np.frombuffer(v, dtype=dtype)
 
         def blob(name: str) -> bytes:
-            v = f[name]
-            assert isinstance(v, bytes), name
-            return v
+            return zlib.decompress(data(name)) if packed else data(name)
 
+        indptr = array("indptr", "<i8")
+        docs = array("docs", "<i4")
         return cls(
             id_blob=blob("ids"),
             paths=_strings(blob("paths"), None, errors="surrogateescape"),
@@ -175,16 +199,42 @@ class Segment:
             name_blob=blob("names"),
             postings=Inverted(
                 vocab=_strings(blob("vocab"), None),
-                indptr=array("indptr", "<i8"),
-                docs=array("docs", "<i4"),
-                tfs=array("tfs", blob("tfs_dtype").decode()),
+                indptr=indptr,
+                docs=_ungap(docs, indptr) if packed else docs,
+                tfs=array("tfs", data("tfs_dtype").decode()),
                 lengths=array("lengths", "<i4"),
             ),
         )
 
 
-def _bytes(a: np.ndarray, dtype: str) -> bytes:
-    return np.ascontiguousarray(a, dtype=dtype).tobytes()
+def _gaps(docs: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+    """Each posting's document minus the one before it in its term (the first: itself)."""
+    out = np.diff(np.asarray(docs, np.int64), prepend=0)
+    firsts = indptr[:-1][np.diff(indptr) > 0]
+    out[firsts] = docs[firsts]
+    return out
+
+
+def _ungap(gaps: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+    total = np.cumsum(gaps, dtype=np.int64)
+    counts = np.diff(indptr)
+    before = np.concatenate(([0], total))[indptr[:-1]]  # the running sum before each term
+    return (total - np.repeat(before, counts)).astype(np.int32)
+
+
+def _pack(a: np.ndarray, dtype: str) -> bytes:
+    """``a`` as ``dtype``, its bytes grouped by position in the number (all first bytes, then
+    all second bytes...: the high bytes of small numbers are runs of zeros), compressed."""
+    raw = np.ascontiguousarray(a, dtype=dtype)
+    width = raw.dtype.itemsize
+    shuffled = raw.view(np.uint8).reshape(-1, width).T.tobytes()
+    return zlib.compress(shuffled, LEVEL)
+
+
+def _unpack(packed: bytes, dtype: str) -> np.ndarray:
+    flat = np.frombuffer(zlib.decompress(packed), dtype=np.uint8)
+    width = np.dtype(dtype).itemsize
+    return np.ascontiguousarray(flat.reshape(width, -1).T).view(dtype).reshape(-1)
 
 
 def _strings(raw: bytes, n: int | None, *, errors: str = "strict") -> list[str]:
