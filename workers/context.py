@@ -25,6 +25,7 @@ from shared.index.backlog import EmbedBacklog
 from shared.index.corpus import RedisCorpus
 from shared.index.history import HistoryStore
 from shared.index.owners import OwnersStore
+from shared.index.segment_cache import SegmentCache
 from shared.index.vectors import VectorStore, open_vector_store
 from shared.intake.redact import Redactor
 from shared.models.chat import ChatModel, OllamaChat
@@ -91,7 +92,7 @@ class Clients:
 
     @cached_property
     def keywords(self) -> BM25Index:
-        return BM25Index(self.corpus)
+        return BM25Index(self.corpus, SegmentCache(self.settings.keyword_cache_path))
 
     @cached_property
     def prior(self) -> PathPrior:

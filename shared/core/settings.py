@@ -210,6 +210,15 @@ class Settings(BaseSettings):
         DEFAULT_DEMOTE_WEIGHT, ge=0, le=1, description="Their files' score is multiplied by this."
     )
 
+    keyword_cache: bool = Field(
+        True,
+        description="Keep keyword segments as files that every retrieving process on the "
+        "machine maps and shares (off: each process holds its own copy).",
+    )
+    keyword_cache_dir: Path | None = Field(
+        None, description="Where those files live (default: DATA_DIR/keyword-cache)."
+    )
+
     # --- indexing ---
     chunk_lines: int = Field(60, ge=5, description="Chunking: lines of one window.")
     chunk_overlap: int = Field(10, ge=0, description="Chunking: lines two windows share.")
@@ -531,6 +540,12 @@ class Settings(BaseSettings):
     @property
     def llm_base_url(self) -> str:
         return self.llm_url or self.ollama_url
+
+    @property
+    def keyword_cache_path(self) -> Path | None:
+        if not self.keyword_cache:
+            return None
+        return self.keyword_cache_dir or self.data_dir / "keyword-cache"
 
     @property
     def notifications_path(self) -> Path:

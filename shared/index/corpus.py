@@ -2,7 +2,8 @@
 
 Keys per repo (``{r}`` is the repo name):
   th:corpus:{r}:segments   JSON [[segment id, documents], ...]: the live segments, in order
-  th:corpus:{r}:seg:{sid}  hash: one segment's arrays (shared/index/segments.py), but
+  th:corpus:{r}:seg:{sid}  hash: one segment's arrays (shared/index/segments.py) and the
+                           digest of their content (a reader's cache file name), but
   th:corpus:{r}:seg:{sid}:docs / :tfs   its postings, strings read in ranges
   th:corpus:{r}:where      hash chunk id -> "sid:doc", where the chunk is live
   th:corpus:{r}:dead       set of "sid:doc" removed since their segment was written
@@ -32,6 +33,8 @@ import redis
 from shared.core import keys
 from shared.core.domain import Chunk
 from shared.core.errors import TransientError
+from shared.index.segment_cache import SegmentCache
+from shared.index.segment_files import SegmentFile, digest_of
 from shared.index.segments import (
     LARGE,
     MAX_SEGMENT_DOCS,
@@ -105,7 +108,29 @@ class RedisCorpus:
         )
 
     def segment(self, repo: str, sid: int) -> Segment | None:
-        """A segment's arrays; None if a merge has retired it and its grace time ran out.
+        """A segment's arrays; None if a merge has retired it and its grace time ran out."""
+        fields = self._fields(repo, sid)
+        return Segment.from_fields(fields) if fields is not None else None
+
+    def segment_file(self, repo: str, sid: int, cache: SegmentCache) -> SegmentFile | None:
+        """A segment as a reader maps it: from the machine's cache when it holds the
+        segment's digest, else read from Redis once and put there; None as :meth:`segment`."""
+        digest = self.r.hget(keys.corpus_segment(repo, sid), "digest")
+        if digest is not None:
+            found = cache.get(_text(digest))
+            if found is not None:
+                return found
+        fields = self._fields(repo, sid)
+        if fields is None:
+            return None
+        # An index written before digests were stored: its content names it all the same.
+        name = _text(digest) if digest is not None else digest_of(_named(fields))
+        segment = Segment.from_fields(fields)
+        del fields
+        return cache.put(name, segment)
+
+    def _fields(self, repo: str, sid: int) -> dict[bytes | str, bytes | np.ndarray] | None:
+        """The stored fields of a segment.
 
         The large arrays are read in ranges straight into their final buffers: one reply of
         the whole array would hold it twice, and a worker's memory keeps its high-water mark.
@@ -127,10 +152,11 @@ class RedisCorpus:
                     return None  # expired while being read
                 buffer[at : at + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
             fields[name] = buffer
-        return Segment.from_fields(fields)
+        return fields
 
     def _write_segment(self, pipe: Any, repo: str, sid: int, segment: Segment) -> None:
-        fields = segment.fields()
+        fields: dict[str, bytes] = segment.fields()
+        fields["digest"] = digest_of(fields).encode()
         for name in LARGE:
             pipe.set(keys.corpus_segment(repo, sid, name), fields.pop(name))
         pipe.hset(keys.corpus_segment(repo, sid), mapping=cast(Any, fields))
@@ -310,6 +336,10 @@ class RedisCorpus:
             extra={"repo": repo, "segments": len(sids), "documents": len(merged)},
         )
         return True
+
+
+def _named(fields: dict[bytes | str, bytes | np.ndarray]) -> dict[str, bytes | np.ndarray]:
+    return {_text(k): v for k, v in fields.items()}
 
 
 def compaction(state: CorpusState) -> list[int]:

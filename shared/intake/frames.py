@@ -80,15 +80,23 @@ def normalize_path(raw: str) -> tuple[list[str], bool]:
     return parts, installed
 
 
+def shortest_first(path: str) -> tuple[int, str]:
+    return path.count("/"), path
+
+
 class PathMapper:
     """Maps frame files onto repo paths by the longest matching run of trailing components."""
 
     def __init__(self, paths: Iterable[str]) -> None:
         self._by_suffix: dict[tuple[str, ...], list[str]] = {}
-        for path in sorted(paths, key=lambda p: (p.count("/"), p)):
+        for path in sorted(paths, key=shortest_first):
             parts = tuple(path.split("/"))
             for i in range(len(parts)):
                 self._by_suffix.setdefault(parts[i:], []).append(path)
+
+    def ending_with(self, suffix: tuple[str, ...]) -> list[str]:
+        """The repo paths whose trailing components are ``suffix``, shortest first."""
+        return self._by_suffix.get(suffix, [])
 
     def map_file(self, file: str, *, derived: bool = False) -> str | None:
         """The repo path a frame's file names, or None when it is not in the repo.
@@ -105,7 +113,7 @@ class PathMapper:
             return None
         whole = derived or installed
         for k in range(len(parts), 0, -1):
-            found = self._by_suffix.get(tuple(parts[-k:]))
+            found = self.ending_with(tuple(parts[-k:]))
             if not found:
                 continue
             if whole and k < len(parts):

@@ -9,7 +9,7 @@ frequency, the idf floor) are updated from those, never recomputed from the whol
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -17,10 +17,12 @@ import numpy as np
 from shared.core.domain import ChunkHit
 from shared.core.errors import PermanentError, TransientError
 from shared.index.corpus import CorpusState, RedisCorpus
-from shared.index.segments import Segment
+from shared.index.segment_cache import SegmentCache
+from shared.index.segment_files import SegmentFile, keys_of
 from shared.index.tokens import tokenize
-from shared.intake.frames import PathMapper
-from shared.retrieve.bm25 import EPSILON, K1, length_norms, okapi_idf, query_terms
+from shared.intake.frames import PathMapper, shortest_first
+from shared.retrieve.bm25 import EPSILON, length_norms, query_terms
+from shared.retrieve.top_scores import Postings, add_term, top_documents
 
 
 class KeywordIndex(Protocol):
@@ -78,87 +80,90 @@ def chunks_covering(spans: list[tuple[int, int, int]], line: int | None) -> list
 
 @dataclass
 class _Part:
-    """One loaded segment: its terms in the repo-wide vocabulary and which documents live."""
+    """One loaded segment and which of its documents live."""
 
-    seg: Segment
-    gids: np.ndarray  # local term -> repo-wide term id
-    live: np.ndarray  # bool per document
-    live_df: np.ndarray  # per local term: live documents holding it
-    keys: np.ndarray = field(init=False)  # gids sorted, to find a repo-wide term's local id
-    local: np.ndarray = field(init=False)
-    _paths: tuple[dict[str, int], np.ndarray, np.ndarray] | None = None
-    _symbols: dict[str, list[int]] | None = None
+    seg: SegmentFile
+    live: np.ndarray  # bool per document; replaced, never changed in place (views hold it)
+    dead_df: np.ndarray | None = None  # per local term, dead documents holding it
 
-    def __post_init__(self) -> None:
-        order = np.argsort(self.gids, kind="stable")
-        self.keys, self.local = self.gids[order], order
+    def live_df(self) -> np.ndarray:
+        df = self.seg.term_frequencies()
+        return df - self.dead_df if self.dead_df is not None else df
 
-    def dead_df(self, docs: np.ndarray) -> np.ndarray:
-        """Per local term, how many of ``docs`` hold it."""
-        mask = np.zeros(len(self.seg), dtype=bool)
-        mask[docs] = True
-        held = mask[self.seg.postings.docs]
-        return np.bincount(
-            self.seg.term_of_postings()[held], minlength=len(self.seg.postings.vocab)
-        )
+    def df_of(self, keys: np.ndarray) -> np.ndarray:
+        """Live documents holding each term key (0 where the segment has none)."""
+        sorted_keys = self.seg.a["term_sorted"]
+        if not len(sorted_keys) or not len(keys):
+            return np.zeros(len(keys), np.int64)
+        at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+        hit = sorted_keys[at] == keys
+        out = np.zeros(len(keys), np.int64)
+        out[hit] = self.df_at(self.seg.a["term_local"][at[hit]])
+        return out
 
-    def at_path(self, path: str) -> np.ndarray:
-        """The documents of ``path`` (dead ones included)."""
-        if self._paths is None:
-            order = np.argsort(self.seg.path_of, kind="stable")
-            bounds = np.searchsorted(self.seg.path_of[order], np.arange(len(self.seg.paths) + 1))
-            self._paths = ({p: i for i, p in enumerate(self.seg.paths)}, order, bounds)
-        index, order, bounds = self._paths
-        i = index.get(path)
-        return order[bounds[i] : bounds[i + 1]] if i is not None else order[:0]
+    def df_at(self, local: np.ndarray) -> np.ndarray:
+        """Live documents holding each of these local terms."""
+        ip = self.seg.indptr
+        df = ip[local + 1] - ip[local]
+        return df - self.dead_df[local] if self.dead_df is not None else df
 
-    def symbols(self) -> dict[str, list[int]]:
-        if self._symbols is None:
-            self._symbols = symbol_table(self.seg.iter_names())
-        return self._symbols
-
-
-class _Vocabulary:
-    """Repo-wide term ids and document frequencies over the live documents of every segment."""
-
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {}
-        self.df = np.zeros(0, dtype=np.int64)
-
-    def add(self, seg: Segment, dead: np.ndarray) -> _Part:
-        vocab = seg.postings.vocab
-        gids = np.fromiter(
-            (self.ids.setdefault(w, len(self.ids)) for w in vocab), dtype=np.int64, count=len(vocab)
-        )
-        if len(self.ids) > len(self.df):
-            grown = np.zeros(max(len(self.ids), 2 * len(self.df)), dtype=np.int64)
-            grown[: len(self.df)] = self.df
-            self.df = grown
-        live = np.ones(len(seg), dtype=bool)
-        live[dead] = False
-        part = _Part(seg, gids, live, np.diff(seg.postings.indptr).astype(np.int64))
-        if len(dead):
-            part.live_df = part.live_df - part.dead_df(dead)
-        self.df[gids] += part.live_df
-        return part
-
-    def kill(self, part: _Part, docs: np.ndarray) -> None:
-        """Mark more of ``part``'s documents dead (in a new array: views keep the old one)."""
-        docs = docs[part.live[docs]]
+    def killed(self, docs: np.ndarray) -> tuple[_Part, np.ndarray | None]:
+        """This part with ``docs`` dead too, and per local term how many of them held it
+        (itself and None when they all were dead already)."""
+        docs = docs[self.live[docs]]
         if not len(docs):
+            return self, None
+        gone = self.seg.terms_of(docs)
+        live = self.live.copy()
+        live[docs] = False
+        dead_df = gone if self.dead_df is None else self.dead_df + gone
+        return _Part(self.seg, live, dead_df), gone
+
+
+def _global_df(parts: Iterable[_Part], keys: np.ndarray) -> np.ndarray:
+    return sum((p.df_of(keys) for p in parts), np.zeros(len(keys), np.int64))
+
+
+class _DfHistogram:
+    """How many distinct terms of the live corpus hold each document frequency: what
+    BM25Okapi's idf floor (epsilon times the mean idf over every term) needs, kept without a
+    corpus-wide vocabulary in memory. Changes move terms between frequencies."""
+
+    def __init__(self, parts: Sequence[_Part] = ()) -> None:
+        """Counted from scratch over ``parts`` (one sort of every segment's term keys)."""
+        keys = [p.seg.a["term_sorted"] for p in parts]
+        dfs = [p.live_df()[p.seg.a["term_local"]] for p in parts]
+        self.counts = np.zeros(1, np.int64)
+        if not keys:
             return
-        gone = part.dead_df(docs)
-        part.live = part.live.copy()
-        part.live[docs] = False
-        part.live_df = part.live_df - gone
-        self.df[part.gids] -= gone
+        k, df = np.concatenate(keys), np.concatenate(dfs).astype(np.int64)
+        order = np.argsort(k, kind="stable")  # each segment's keys are runs: a merge of runs
+        k, df = k[order], df[order]
+        starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+        totals = np.add.reduceat(df, starts) if len(df) else df
+        self.counts = np.bincount(totals[totals > 0], minlength=1).astype(np.int64)
 
-    def drop(self, part: _Part) -> None:
-        self.df[part.gids] -= part.live_df
+    def copy(self) -> _DfHistogram:
+        out = _DfHistogram()
+        out.counts = self.counts.copy()
+        return out
 
-    def garbage(self) -> bool:
-        """Most ids name terms no live document holds any more (a long run of edits)."""
-        return len(self.ids) > 50_000 and int((self.df > 0).sum()) * 2 < len(self.ids)
+    def move(self, before: np.ndarray, after: np.ndarray) -> None:
+        """Terms whose corpus-wide document frequency went from ``before`` to ``after``."""
+        size = int(max(before.max(initial=0), after.max(initial=0))) + 1
+        if size > len(self.counts):
+            self.counts = np.concatenate((self.counts, np.zeros(size - len(self.counts), np.int64)))
+        self.counts -= np.bincount(before[before > 0], minlength=len(self.counts))
+        self.counts += np.bincount(after[after > 0], minlength=len(self.counts))
+
+    def idf_floor(self, n: int) -> float:
+        """epsilon times the mean of log(n - df + 0.5) - log(df + 0.5) over every term."""
+        df = np.flatnonzero(self.counts)
+        if not len(df):
+            return 0.0
+        weights = self.counts[df]
+        idf = np.log(n - df + 0.5) - np.log(df + 0.5)
+        return EPSILON * float((weights * idf).sum() / weights.sum())
 
 
 class KeywordView:
@@ -171,35 +176,28 @@ class KeywordView:
         corpus: RedisCorpus,
         state: CorpusState,
         parts: list[_Part],
-        vocab: _Vocabulary,
-        previous: KeywordView | None,
+        histogram: _DfHistogram,
     ) -> None:
         self.repo, self.corpus, self.version, self.parts = repo, corpus, state.version, parts
         self.legacy = state.legacy
-        self.vocab = vocab.ids
         self.bases = np.cumsum([0, *(len(p.seg) for p in parts)])
-        self.lives = [p.live for p in parts]  # never changed in place, see _Vocabulary.kill
+        self.lives = [p.live for p in parts]
         self.live = np.concatenate(self.lives) if parts else np.zeros(0, bool)
         self.size = int(self.live.sum())
-        lengths = np.concatenate([p.seg.postings.lengths for p in parts]) if parts else np.zeros(0)
+        self.dead = np.flatnonzero(~self.live)
+        self.postings = [
+            Postings(p.seg, base) for p, base in zip(parts, self.bases.tolist(), strict=False)
+        ]
+        lengths = np.concatenate([p.seg.lengths for p in parts]) if parts else np.zeros(0)
         avgdl = float(lengths[self.live].sum()) / self.size if self.size else 1.0
         self.norm = length_norms(lengths, avgdl)
-        present = vocab.df > 0
-        self.idf = np.zeros(len(vocab.df))
-        self.idf[present] = okapi_idf(vocab.df[present], self.size, epsilon=EPSILON)
-        self._mapper: tuple[frozenset[str], PathMapper] | None = (
-            previous._mapper if previous is not None else None
-        )
+        self.floor = histogram.idf_floor(self.size)
+        self._live_paths: list[np.ndarray] | None = None
 
     def documents(self) -> list[tuple[str, str, int, int]]:
         """Every live chunk as (id, path, start line, end line), in index order."""
         return [
-            (
-                p.seg.id_at(d),
-                p.seg.paths[int(p.seg.path_of[d])],
-                int(p.seg.starts[d]),
-                int(p.seg.ends[d]),
-            )
+            (p.seg.id_at(d), p.seg.path_at(d), int(p.seg.starts[d]), int(p.seg.ends[d]))
             for p, live in zip(self.parts, self.lives, strict=True)
             for d in np.flatnonzero(live).tolist()
         ]
@@ -208,28 +206,34 @@ class KeywordView:
         if repo != self.repo:
             raise ValueError(f"a keyword view of {self.repo!r} was asked about {repo!r}")
 
-    def scores(self, query: Sequence[str]) -> np.ndarray:
-        """BM25Okapi's score of every document (dead ones 0) over the live corpus."""
-        score = np.zeros(len(self.live))
+    def _terms(self, query: Sequence[str]) -> tuple[list[np.ndarray], np.ndarray]:
+        """Per part, each distinct query word's term there (-1: absent); per word its weight:
+        BM25Okapi's idf over the live corpus times its count in the query (0 where no live
+        document holds it)."""
         counts = query_terms(query)
-        # Terms a later version added (the vocabulary is shared) have no idf in this view.
-        known = [w for w in counts if self.vocab.get(w, len(self.idf)) < len(self.idf)]
-        if not known or not self.size:
+        words = list(counts)
+        keys = keys_of(words)
+        found = [p.seg.find_terms(words, keys) for p in self.parts]
+        df = np.zeros(len(words), np.int64)
+        for part, local in zip(self.parts, found, strict=True):
+            held = local >= 0
+            df[held] += part.df_at(local[held])
+        idf = np.log(self.size - df + 0.5) - np.log(df + 0.5)
+        idf = np.where(idf < 0, self.floor, idf)
+        weight = idf * np.asarray([counts[w] for w in words], dtype=np.float64)
+        return found, np.where(df > 0, weight, 0.0)
+
+    def scores(self, query: Sequence[str]) -> np.ndarray:
+        """BM25Okapi's score of every document (dead ones 0) over the live corpus: every
+        posting of every query term (the reference :meth:`search`'s top is tested against)."""
+        score = np.zeros(len(self.live))
+        if not query or not self.size:
             return score
-        g = np.asarray([self.vocab[w] for w in known], dtype=np.int64)
-        weight = self.idf[g] * np.asarray([counts[w] for w in known], dtype=np.float64)
-        for part, base in zip(self.parts, self.bases.tolist(), strict=False):
-            if not len(part.keys):
-                continue
-            at = np.minimum(np.searchsorted(part.keys, g), len(part.keys) - 1)
-            postings = part.seg.postings
-            for j in np.flatnonzero(part.keys[at] == g).tolist():
-                t = part.local[at[j]]
-                lo, hi = postings.indptr[t], postings.indptr[t + 1]
-                docs = postings.docs[lo:hi] + base
-                tf = postings.tfs[lo:hi]
-                score[docs] += weight[j] * (tf * (K1 + 1) / (tf + self.norm[docs]))
-        score[~self.live] = 0.0
+        found, weight = self._terms(query)
+        for part, local in zip(self.postings, found, strict=True):
+            for j in np.flatnonzero((local >= 0) & (weight != 0)).tolist():
+                add_term(score, self.norm, part, int(local[j]), float(weight[j]))
+        score[self.dead] = 0.0
         return score
 
     def _locate(self, doc: int) -> tuple[_Part, int]:
@@ -243,7 +247,7 @@ class KeywordView:
         return [
             ChunkHit(
                 chunk_id=cid,
-                path=p.seg.paths[int(p.seg.path_of[i])],
+                path=p.seg.path_at(i),
                 start_line=int(p.seg.starts[i]),
                 end_line=int(p.seg.ends[i]),
                 text=text,
@@ -269,33 +273,30 @@ class KeywordView:
         query = tokenize(text)
         if not query:
             return []
-        scores = self.scores(query)
-        n = min(n, len(scores))
-        top = np.argpartition(-scores, n - 1)[:n]
-        ranked = sorted(
-            ((int(i), float(scores[i])) for i in top if scores[i] > 0), key=lambda p: (-p[1], p[0])
-        )
-        return self._hits(ranked)
+        found, weight = self._terms(query)
+        top = top_documents(self.postings, found, weight, self.norm, self.dead, n)
+        return self._hits(top)
 
     def path_mapper(self, repo: str) -> PathMapper:
-        """The frame mapper over the live paths, reused from the view before while they are
-        the same (an edit that keeps a file's name keeps the mapper)."""
+        """The frame mapper over the live paths (found by key in each segment's files)."""
         self._check(repo)
-        paths = frozenset(
-            p.seg.paths[k]
-            for p, live in zip(self.parts, self.lives, strict=True)
-            for k in np.unique(p.seg.path_of[live]).tolist()
-        )
-        if self._mapper is None or self._mapper[0] != paths:
-            self._mapper = (paths, PathMapper(paths))
-        return self._mapper[1]
+        return _ViewPaths(self)
+
+    def live_paths(self) -> list[np.ndarray]:
+        """Per part, per path index, whether a live document has that path."""
+        if self._live_paths is None:
+            self._live_paths = [
+                np.bincount(p.seg.path_of[live], minlength=p.seg.path_count) > 0
+                for p, live in zip(self.parts, self.lives, strict=True)
+            ]
+        return self._live_paths
 
     def chunks_at(self, repo: str, path: str, line: int | None) -> list[ChunkHit]:
         self._check(repo)
         spans = [
             (int(p.seg.starts[d]), int(p.seg.ends[d]), base + d)
             for p, live, base in zip(self.parts, self.lives, self.bases.tolist(), strict=False)
-            for d in p.at_path(path).tolist()
+            for d in p.seg.docs_of_path(path).tolist()
             if live[d]
         ]
         return self._hits([(i, 0.0) for i in chunks_covering(spans, line)])
@@ -306,7 +307,7 @@ class KeywordView:
         spans = sorted(
             (int(p.seg.starts[d]), base + d)
             for p, live, base in zip(self.parts, self.lives, self.bases.tolist(), strict=False)
-            for d in p.at_path(path).tolist()
+            for d in p.seg.docs_of_path(path).tolist()
             if live[d]
         )
         return self._hits([(i, 0.0) for _, i in spans])
@@ -321,17 +322,46 @@ class KeywordView:
         found = [
             base + d
             for p, live, base in zip(self.parts, self.lives, self.bases.tolist(), strict=False)
-            for d in p.symbols().get(name, [])
+            for d in p.seg.defining(name).tolist()
             if live[d]
         ]
         return found or default
+
+
+class _ViewPaths(PathMapper):
+    """A PathMapper over a view's live paths that keeps no table of every path's suffixes:
+    each segment file holds its paths' suffixes by key (a 1M-chunk repo's table took a second
+    and ~100 MB per process to build)."""
+
+    def __init__(self, view: KeywordView) -> None:
+        self.view = view
+        self._found: dict[tuple[str, ...], list[str]] = {}
+
+    def ending_with(self, suffix: tuple[str, ...]) -> list[str]:
+        if suffix not in self._found:
+            joined = "/".join(suffix)
+            paths = {
+                p.seg.path(i)
+                for p, live in zip(self.view.parts, self.view.live_paths(), strict=True)
+                for i in p.seg.paths_ending_with(joined)
+                if live[i]
+            }
+            self._found[suffix] = sorted(paths, key=shortest_first)
+        return self._found[suffix]
 
 
 @dataclass
 class _Loaded:
     view: KeywordView | None
     parts: dict[int, _Part]
-    vocab: _Vocabulary
+    histogram: _DfHistogram
+
+
+_Change = tuple[str, int, _Part, np.ndarray | None]  # kind, segment id, part, terms' losses
+
+# A change touching more than this share of the loaded terms counts the histogram again from
+# scratch (one sort) instead of looking each touched term up in every segment.
+RECOUNT_SHARE = 0.25
 
 
 class BM25Index:
@@ -341,11 +371,13 @@ class BM25Index:
 
     One per worker process: :meth:`current` reads the index's version (one GET) and brings the
     loaded segments up to it. The search methods here each do that; a retrieve takes one view
-    and asks it everything.
+    and asks it everything. Segments come mapped from ``cache`` (``shared/index/
+    segment_cache.py``): with a directory, every process on the machine shares their pages.
     """
 
-    def __init__(self, corpus: RedisCorpus) -> None:
+    def __init__(self, corpus: RedisCorpus, cache: SegmentCache | None = None) -> None:
         self.corpus = corpus
+        self.cache = cache or SegmentCache(None)
         self._loaded: dict[str, _Loaded] = {}
 
     def current(self, repo: str) -> KeywordView:
@@ -360,27 +392,67 @@ class BM25Index:
         raise TransientError(f"keyword index of {repo!r} kept changing while it was loaded")
 
     def _refresh(self, repo: str, state: CorpusState, loaded: _Loaded | None) -> KeywordView | None:
-        if loaded is None or loaded.vocab.garbage():
-            loaded = _Loaded(None, {}, _Vocabulary())
-        parts = dict(loaded.parts)
-        vocab = loaded.vocab
+        parts = dict(loaded.parts) if loaded is not None else {}
         listed = {s.sid for s in state.segments}
+        changes: list[_Change] = []  # what moved which terms, in order
         for sid in [sid for sid in parts if sid not in listed]:
-            vocab.drop(parts.pop(sid))
+            changes.append(("drop", sid, parts.pop(sid), None))
         for info in state.segments:
             dead = state.dead.get(info.sid, np.zeros(0, dtype=np.int64))
             if info.sid in parts:
-                vocab.kill(parts[info.sid], dead)
+                part, gone = parts[info.sid].killed(dead)
+                if part is not parts[info.sid]:
+                    changes.append(("kill", info.sid, part, gone))
+                    parts[info.sid] = part
                 continue
-            seg = self.corpus.segment(repo, info.sid)
+            seg = self.corpus.segment_file(repo, info.sid, self.cache)
             if seg is None:  # retired by a merge after the state was read: read it again
-                self._loaded[repo] = _Loaded(loaded.view, parts, vocab)
                 return None
-            parts[info.sid] = vocab.add(seg, dead)
+            part, _ = _Part(seg, np.ones(len(seg), dtype=bool)).killed(dead)
+            parts[info.sid] = part
+            changes.append(("add", info.sid, part, None))
         ordered = [parts[s.sid] for s in state.segments]
-        view = KeywordView(repo, self.corpus, state, ordered, vocab, loaded.view)
-        self._loaded[repo] = _Loaded(view, parts, vocab)
+        histogram = self._histogram(loaded, parts, changes)
+        self.cache.touch([p.seg for p in ordered])
+        view = KeywordView(repo, self.corpus, state, ordered, histogram)
+        self._loaded[repo] = _Loaded(view, parts, histogram)
         return view
+
+    @staticmethod
+    def _histogram(
+        loaded: _Loaded | None,
+        parts: dict[int, _Part],
+        changes: list[_Change],
+    ) -> _DfHistogram:
+        """The new version's histogram: the old one moved by ``changes``, or counted again."""
+        touched = sum(p.seg.terms for kind, _, p, _ in changes if kind != "kill")
+        total = sum(p.seg.terms for p in parts.values()) or 1
+        if loaded is None or touched > RECOUNT_SHARE * total:
+            return _DfHistogram(list(parts.values()))
+        histogram = loaded.histogram.copy()
+        # Replay the changes in order over the parts as they were before each one.
+        before = dict(loaded.parts)
+        for kind, sid, part, gone in changes:
+            if kind == "drop":
+                df = part.live_df()
+                keys, mine = part.seg.term_keys[df > 0], df[df > 0]
+                was = _global_df(before.values(), keys)
+                histogram.move(was, was - mine)
+                before.pop(sid)
+            elif kind == "kill":
+                assert gone is not None
+                at = np.flatnonzero(gone)
+                keys = part.seg.term_keys[at]
+                was = _global_df(before.values(), keys)
+                histogram.move(was, was - gone[at])
+                before[sid] = part
+            else:
+                df = part.live_df()
+                keys, mine = part.seg.term_keys[df > 0], df[df > 0]
+                was = _global_df(before.values(), keys)
+                histogram.move(was, was + mine)
+                before[sid] = part
+        return histogram
 
     def search(self, repo: str, text: str, n: int) -> list[ChunkHit]:
         return self.current(repo).search(repo, text, n)

@@ -18,7 +18,8 @@ from rank_bm25 import BM25Okapi
 from shared.core.domain import Chunk
 from shared.index.chunking import chunk_file
 from shared.index.corpus import RedisCorpus
-from shared.index.segments import Segment, chunk_tokens
+from shared.index.segment_cache import SegmentCache
+from shared.index.segments import chunk_tokens
 from shared.index.tokens import tokenize
 from shared.retrieve.keywords import BM25Index, KeywordView
 
@@ -47,12 +48,16 @@ def code() -> list[Chunk]:
     return code_chunks()
 
 
-def queries() -> list[list[str]]:
+def query_texts() -> list[str]:
     return [
-        *(tokenize(p.read_text(encoding="utf-8")) for p in sorted(TRACES.glob("*.log"))),
-        tokenize("KeyError: 'redelivery_after' in celery_config"),
-        ["self", "self", "def", "return"],  # terms in most chunks: the idf floor
+        *(p.read_text(encoding="utf-8") for p in sorted(TRACES.glob("*.log"))),
+        "KeyError: 'redelivery_after' in celery_config",
+        "self self def return",  # terms in most chunks: the idf floor
     ]
+
+
+def queries() -> list[list[str]]:
+    return [tokenize(text) for text in query_texts()]
 
 
 def in_segments(client: redis.Redis, chunks: list[Chunk], size: int) -> RedisCorpus:
@@ -86,12 +91,29 @@ def assert_same_as_bm25okapi(view: KeywordView, live: dict[str, Chunk]) -> None:
             return sorted(s, key=lambda cid: (-round(s[cid], 9), cid))[:50]
 
         assert top(got) == top(expected)
+    for text in query_texts():
+        expected = dict(zip(ids, reference.get_scores(tokenize(text)).tolist(), strict=True))
+        ranked = sorted((v for v in expected.values() if v > 0), reverse=True)
+        for n in (1, 10, 50):
+            # The search's pruned top (shared/retrieve/top_scores.py): BM25Okapi's best n.
+            hits = view.search(REPO, text, n)
+            np.testing.assert_allclose([h.score for h in hits], ranked[:n], rtol=0, atol=1e-6)
+            for h in hits:
+                assert abs(h.score - expected[h.chunk_id]) < 1e-6
 
 
+@pytest.mark.parametrize("mode", ["in-memory", "cache-files", "stats-always-moved"])
 def test_scores_equal_bm25okapi_through_adds_removals_merges_and_compaction(
-    fresh_redis: redis.Redis, code: list[Chunk]
+    fresh_redis: redis.Redis,
+    code: list[Chunk],
+    mode: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    corpus, index = RedisCorpus(fresh_redis), BM25Index(RedisCorpus(fresh_redis))
+    if mode == "stats-always-moved":  # never counted again from scratch after the first load
+        monkeypatch.setattr("shared.retrieve.keywords.RECOUNT_SHARE", float("inf"))
+    cache = SegmentCache(tmp_path / "cache" if mode == "cache-files" else None)
+    corpus, index = RedisCorpus(fresh_redis), BM25Index(RedisCorpus(fresh_redis), cache)
     rng = random.Random(7)
     live: dict[str, Chunk] = {}
     seen_segments, seen_dead, checks = 0, 0, 0
@@ -123,7 +145,7 @@ def test_scores_equal_bm25okapi_through_adds_removals_merges_and_compaction(
     state = corpus.state(REPO)
     assert len(state.segments) == 1 and not state.dead
     assert_same_as_bm25okapi(index.current(REPO), live)
-    assert_same_as_bm25okapi(BM25Index(corpus).current(REPO), live)  # a new worker, cold
+    assert_same_as_bm25okapi(BM25Index(corpus, cache).current(REPO), live)  # a new worker
     assert corpus.existing_ids(REPO, list(live)) == set(live)
 
 
@@ -132,9 +154,9 @@ class CountingCorpus(RedisCorpus):
         super().__init__(client)
         self.loaded: list[int] = []
 
-    def segment(self, repo: str, sid: int) -> Segment | None:
-        self.loaded.append(sid)
-        return super().segment(repo, sid)
+    def _fields(self, repo: str, sid: int) -> dict[bytes | str, bytes | np.ndarray] | None:
+        self.loaded.append(sid)  # a segment read from Redis
+        return super()._fields(repo, sid)
 
 
 def test_a_warm_worker_loads_only_what_changed(fresh_redis: redis.Redis, code: list[Chunk]) -> None:
