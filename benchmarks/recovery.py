@@ -7,6 +7,8 @@ production redelivery setting, indexes the bundled sample service, and per run: 
 error, waits until its analysis reaches the (simulated) LLM, which answers after 6 s, then
 kills the llm worker's whole process group with SIGKILL, starts a replacement, and times the
 replacement's start → the Slack message. Also times an analysis with no kill, for reference.
+
+The goal (issue 12): the in-flight analysis finished within 60 s of the replacement starting.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from shared.stack.localstack import LocalStack, simulator_env
 
 TRACE = (ROOT / "tests/data/sample-error.txt").read_text()
 CHAT_S = 6.0
+GOAL_S = 60.0  # issue 12: finished within 60 s of a replacement worker starting
 
 
 def main() -> int:
@@ -90,7 +93,6 @@ def main() -> int:
                              time.monotonic() - started, ok))  # fmt: skip
         finally:
             stack.stop()
-    kills = [secs for name, secs, _ in rows if name.startswith("kill")]
     print(
         f"\nRecovery after kill -9 of the llm worker's process group mid-analysis "
         f"(TRACEHOUND_REDELIVERY_AFTER={args.redelivery_after}, simulated chat {CHAT_S:.0f} s)\n"
@@ -99,12 +101,31 @@ def main() -> int:
     print("|---|---:|---|")
     for name, secs, ok in rows:
         print(f"| {name} | {secs:.1f} | {'yes' if ok else 'no (degraded)'} |")
-    if kills:
-        print(
-            f"\nmedian {statistics.median(kills):.1f} s (range {min(kills):.1f}–{max(kills):.1f}); "
-            f"bound: redelivery {args.redelivery_after} s + 5 s sweep + the analysis"
-        )
+    print_summary(rows, args.redelivery_after)
     return 0
+
+
+def print_summary(rows: list[tuple[str, float, bool]], redelivery_after: int) -> None:
+    """The figures with their goal and the in-run reference: the analysis without a kill."""
+    kills = [(secs, ok) for name, secs, ok in rows if name.startswith("kill")]
+    if not kills:
+        return
+    secs = [s for s, _ in kills]
+    _, ref_secs, ref_ok = rows[0]
+    median = f"{statistics.median(secs):.1f} s ({min(secs):.1f}–{max(secs):.1f})"
+    full = sum(ok for _, ok in kills)
+    print(f"\nmedian of {len(kills)} runs (min–max)\n")
+    print("| figure | goal | measured | in-run reference |")
+    print("|---|---|---:|---:|")
+    print(
+        f"| kill -9 mid-analysis: replacement up → message | ≤ {GOAL_S:g} s | {median} "
+        f"| no kill: enqueue → message {ref_secs:.1f} s (one run) |"
+    )
+    print(
+        f"| runs ending in the full analysis (not degraded) | — | {full} of {len(kills)} "
+        f"| no kill: {'yes' if ref_ok else 'no (degraded)'} |"
+    )
+    print(f"\nbound: redelivery {redelivery_after} s + 5 s sweep + the analysis")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ event — as NDJSON batches of ``--batch`` in which the groups interleave, from 
 
 Measured from the first request: when ingest has taken every event, and when the last group's
 message reached Slack. Checked: one analysis (one message) per group, every event counted.
+The goal (issue 14): the last group's message at most 10 s after the first request.
 """
 
 from __future__ import annotations
@@ -144,13 +145,16 @@ def main() -> int:
         f"HTTP ingest (NDJSON {args.batch}/request, 2 clients) to the Slack simulator; median "
         f"of {args.runs} runs (min–max), 2 cores shared by everything\n"
     )
-    print("| figure | goal | measured |")
-    print("|---|---|---:|")
-    print(f"| ingest took every event | — | {cell('ingest_s', '{:.1f}')} s |")
-    print(f"| ingest rate | — | {cell('rate', '{:,.0f}')} events/s |")
-    print(f"| last group's message in Slack | ≤ 10 s | {cell('last_s', '{:.1f}')} s |")
-    print(f"| messages (one per group) | {args.fingerprints} | {cell('messages', '{:.0f}')} |")
-    print(f"| events counted in groups | {n:,} | {cell('counted', '{:,.0f}')} |")
+    # No reference runs in the same run, hence "—". What would fit: for the ingest rate, the
+    # trivial LPUSH endpoint of benchmarks/ingest.py taking the same bodies; for the last
+    # message, one group alone through the same stack (the storm's cost over a single error's).
+    print("| figure | goal | measured | in-run reference |")
+    print("|---|---|---:|---:|")
+    print(f"| ingest took every event | — | {cell('ingest_s', '{:.1f}')} s | — |")
+    print(f"| ingest rate | — | {cell('rate', '{:,.0f}')} events/s | — |")
+    print(f"| last group's message in Slack | ≤ 10 s | {cell('last_s', '{:.1f}')} s | — |")
+    print(f"| messages (one per group) | {args.fingerprints} | {cell('messages', '{:.0f}')} | — |")
+    print(f"| events counted in groups | {n:,} | {cell('counted', '{:,.0f}')} | — |")
     return 0
 
 
