@@ -21,13 +21,24 @@ class TextMemo(Generic[V]):
         self._lock = threading.Lock()
 
     def get(self, text: str, extra: Hashable, compute: Callable[[], V]) -> V:
-        key = (hashlib.sha1(text.encode("utf-8", "surrogatepass")).digest(), extra)
+        key = _key(text, extra)
         with self._lock:
             if key in self._items:
                 return self._items[key]
         value = compute()
+        self._put(key, value)
+        return value
+
+    def put(self, text: str, extra: Hashable, value: V) -> None:
+        """Remember ``value`` for (text, extra), worked out on the way to something else."""
+        self._put(_key(text, extra), value)
+
+    def _put(self, key: tuple[bytes, Hashable], value: V) -> None:
         with self._lock:
-            if len(self._items) >= self.size:
+            if key not in self._items and len(self._items) >= self.size:
                 self._items.pop(next(iter(self._items)))
             self._items[key] = value
-        return value
+
+
+def _key(text: str, extra: Hashable) -> tuple[bytes, Hashable]:
+    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).digest(), extra

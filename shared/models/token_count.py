@@ -21,6 +21,8 @@ import re
 import threading
 from collections import deque
 
+from shared.core.memo import TextMemo
+
 # One piece per match: a capitalised or lower-case word part, an upper-case run (not the start
 # of a capitalised part), digits, line breaks, other white space, a run of ASCII punctuation,
 # any other single character.
@@ -28,6 +30,9 @@ _PIECE = re.compile(
     r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+|\n+|[ \t\r\f\v]+|[!-/:-@\[-`{-~]+|.", re.DOTALL
 )
 _PUNCT = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+# Raw estimates of the last texts counted, by digest (shared/core/memo.py): 4096 entries of a
+# 20-byte digest and an int.
+_RAW: TextMemo[int] = TextMemo(4096)
 MAX_SCALE = 8.0
 MIN_SCALE = 0.5
 REPORTS_KEPT = 16
@@ -57,8 +62,9 @@ class TokenCount:
         self._reports: deque[float] | None = deque(maxlen=REPORTS_KEPT) if learn_down else None
 
     def raw(self, text: str) -> int:
-        """The unscaled estimate."""
-        return sum(_cost(m.group()) for m in _PIECE.finditer(text))
+        """The unscaled estimate (remembered: an analysis counts the same prompt parts and a
+        rerank the same code again after the call, while the model host waits)."""
+        return _RAW.get(text, None, lambda: sum(_cost(m.group()) for m in _PIECE.finditer(text)))
 
     def __call__(self, text: str) -> int:
         return math.ceil(self.raw(text) * self.scale)
@@ -70,9 +76,13 @@ class TokenCount:
         limit = budget / self.scale
         used = 0
         for m in _PIECE.finditer(text):
-            used += _cost(m.group())
-            if used > limit:
-                return text[: m.start()]
+            cost = _cost(m.group())
+            if used + cost > limit:
+                head = text[: m.start()]
+                _RAW.put(head, None, used)
+                return head
+            used += cost
+        _RAW.put(text, None, used)
         return text
 
     def grow(self, factor: float) -> None:
