@@ -103,8 +103,7 @@ def arrays_of(seg: Segment) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for name, blob in blobs.items():
         out[name] = np.frombuffer(blob, dtype=np.uint8)
-    for name in ("ids", "paths", "vocab", "names"):
-        out[f"{name}_at"] = offsets(blobs[name])
+        out[f"{name}_at"] = offsets(blob)
     out.update(
         path_of=np.asarray(seg.path_of, "<i4"),
         starts=np.asarray(seg.starts, "<i4"),
@@ -114,30 +113,51 @@ def arrays_of(seg: Segment) -> dict[str, np.ndarray]:
         docs=np.asarray(p.docs, "<i4"),
         tfs=np.asarray(p.tfs, seg.tfs_dtype()),
     )
-    firsts = np.asarray(p.indptr[:-1])
+    out.update(_term_lookups(seg))
+    out.update(_path_lookups(seg))
+    out.update(_name_lookups(seg))
+    return out
+
+
+def _term_lookups(seg: Segment) -> dict[str, np.ndarray]:
+    """Each term's key (in local order, and sorted with the local term) and largest tf."""
+    p = seg.postings
     counts = np.diff(np.asarray(p.indptr))
-    out["term_maxtf"] = np.zeros(len(p.vocab), "<i4")
+    maxtf = np.zeros(len(p.vocab), "<i4")
     held = counts > 0
     if held.any():
-        out["term_maxtf"][held] = np.maximum.reduceat(np.asarray(p.tfs, "<i4"), firsts[held])
-    term_keys = keys_of(p.vocab)
-    out["term_keys"] = term_keys  # per local term
-    out["term_sorted"], out["term_local"] = _sorted_lookup(term_keys)
-    out["path_sorted"], out["path_index"] = _sorted_lookup(keys_of(seg.paths))
+        maxtf[held] = np.maximum.reduceat(np.asarray(p.tfs, "<i4"), p.indptr[:-1][held])
+    keys = keys_of(p.vocab)
+    ordered, local = _sorted_lookup(keys)
+    return {"term_maxtf": maxtf, "term_keys": keys, "term_sorted": ordered, "term_local": local}
+
+
+def _path_lookups(seg: Segment) -> dict[str, np.ndarray]:
+    """Paths by key, by the key of each of their trailing runs of components (what a frame's
+    file is matched on), and each path's documents."""
     suffixes = [
         (key_of("/".join(parts[i:])), k)
-        for k, parts in enumerate(p.split("/") for p in seg.paths)
+        for k, parts in enumerate(path.split("/") for path in seg.paths)
         for i in range(len(parts))
     ]
     sk = np.asarray([key for key, _ in suffixes], dtype=KEY)
     sp = np.asarray([k for _, k in suffixes], dtype=np.int32)
     order = np.lexsort((sp, sk))
-    out["suffix_sorted"], out["suffix_path"] = sk[order], sp[order]
     by_path = np.argsort(seg.path_of, kind="stable").astype(np.int32)
-    out["path_docs"] = by_path
-    out["path_bounds"] = np.searchsorted(
-        np.asarray(seg.path_of)[by_path], np.arange(len(seg.paths) + 1)
-    ).astype(np.int64)
+    bounds = np.searchsorted(np.asarray(seg.path_of)[by_path], np.arange(len(seg.paths) + 1))
+    ordered, index = _sorted_lookup(keys_of(seg.paths))
+    return {
+        "path_sorted": ordered,
+        "path_index": index,
+        "suffix_sorted": sk[order],
+        "suffix_path": sp[order],
+        "path_docs": by_path,
+        "path_bounds": bounds.astype(np.int64),
+    }
+
+
+def _name_lookups(seg: Segment) -> dict[str, np.ndarray]:
+    """The documents defining each name, by the name's key."""
     name_keys: list[int] = []
     name_docs: list[int] = []
     for d, names in enumerate(seg.iter_names()):
@@ -145,10 +165,9 @@ def arrays_of(seg: Segment) -> dict[str, np.ndarray]:
             name_keys.append(key_of(name))
             name_docs.append(d)
     nk = np.asarray(name_keys, dtype=KEY)
-    order = np.lexsort((np.asarray(name_docs, np.int32), nk))
-    out["name_sorted"] = nk[order]
-    out["name_docs"] = np.asarray(name_docs, np.int32)[order]
-    return out
+    docs = np.asarray(name_docs, np.int32)
+    order = np.lexsort((docs, nk))
+    return {"name_sorted": nk[order], "name_docs": docs[order]}
 
 
 def _layout(arrays: Mapping[str, np.ndarray]) -> tuple[bytes, list[tuple[int, np.ndarray]]]:

@@ -1,9 +1,10 @@
 """BM25 over a repo's whole keyword index, kept in step with it one segment at a time.
 
-A worker loads each segment of the index once (``shared/index/corpus.py``), and when the index
-changes it loads only the new segments and marks the removed chunks dead: the corpus
-statistics BM25Okapi's scores depend on (document count, average length, every term's document
-frequency, the idf floor) are updated from those, never recomputed from the whole corpus.
+A worker maps each segment of the index once (from the machine's segment files,
+``shared/index/segment_cache.py``), and when the index changes it maps only the new segments
+and marks the removed chunks dead: the corpus statistics BM25Okapi's scores depend on (document
+count, average length, the idf floor) are updated from those, never recomputed from the whole
+corpus, and a query's term frequencies are summed over the segments that hold its words.
 """
 
 from __future__ import annotations
