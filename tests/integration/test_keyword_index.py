@@ -21,6 +21,7 @@ from shared.index.corpus import RedisCorpus
 from shared.index.segment_cache import SegmentCache
 from shared.index.segments import chunk_tokens
 from shared.index.tokens import tokenize
+from shared.intake.frames import PathMapper
 from shared.retrieve.keywords import BM25Index, KeywordView
 
 pytestmark = pytest.mark.integration
@@ -353,3 +354,27 @@ def test_a_writer_killed_mid_change_leaves_a_consistent_index(
 
     live = assert_consistent(fresh_redis, by_id)
     assert {c.id for c in code[:50]} <= live.keys()
+
+
+def test_the_views_frame_mapper_maps_as_pathmapper_over_the_live_paths(
+    fresh_redis: redis.Redis, code: list[Chunk], tmp_path: Path
+) -> None:
+    """The view finds a frame's file through each segment file's path suffixes (no table of
+    every suffix in memory): the same answers as PathMapper over the live paths."""
+    corpus = in_segments(fresh_redis, code[:900], 300)
+    gone = sorted({c.path for c in code[:900]})[::7]  # every chunk of some files removed
+    corpus.delete(REPO, [c.id for c in code[:900] if c.path in gone])
+    view = BM25Index(corpus, SegmentCache(tmp_path)).current(REPO)
+    live = {d[1] for d in view.documents()}
+    assert live and not live & set(gone)
+    reference = PathMapper(live)
+    frames = [
+        *(f"/srv/app/{p}" for p in sorted(live | set(gone))),
+        *(p.rsplit("/", 1)[-1] for p in sorted(live)[:20]),  # a bare file name
+        "/usr/lib/python3.11/site-packages/celery/app/task.py",
+        "C:\\build\\shared\\core\\settings.py",
+        "",
+    ]
+    mapper = view.path_mapper(REPO)
+    assert [mapper.map_file(f) for f in frames] == [reference.map_file(f) for f in frames]
+    assert any(mapper.map_file(f) for f in frames)
