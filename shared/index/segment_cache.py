@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 SUFFIX = f".v{MAGIC[-2]}.seg"
 MAX_IDLE = 3 * 86_400.0
 # Merges write new segments, and the files of the ones they replaced stay until idle: past
-# this size the least recently opened go first (a 1M-chunk repo's index is ~0.5 GB of files).
+# this size the least recently opened go first (a 1M-chunk repo's index is ~0.75 GB of files).
 MAX_BYTES = 8 * 2**30
 RECENT = 600.0
 
