@@ -101,9 +101,8 @@ class SegmentCache:
         finally:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
-        del arrays
         self.prune()
-        return self.get(digest) or SegmentFile(image(arrays_of(segment)))
+        return self.get(digest) or SegmentFile(image(arrays))
 
     def touch(self, files: list[SegmentFile]) -> None:
         """Mark ``files`` in use (a long-lived worker's files are not pruned under it)."""

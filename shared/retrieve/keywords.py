@@ -353,7 +353,7 @@ class _ViewPaths(PathMapper):
 
 @dataclass
 class _Loaded:
-    view: KeywordView | None
+    view: KeywordView
     parts: dict[int, _Part]
     histogram: _DfHistogram
 
@@ -434,24 +434,19 @@ class BM25Index:
         # Replay the changes in order over the parts as they were before each one.
         before = dict(loaded.parts)
         for kind, sid, part, gone in changes:
-            if kind == "drop":
-                df = part.live_df()
-                keys, mine = part.seg.term_keys[df > 0], df[df > 0]
-                was = _global_df(before.values(), keys)
-                histogram.move(was, was - mine)
-                before.pop(sid)
-            elif kind == "kill":
+            if kind == "kill":
                 assert gone is not None
-                at = np.flatnonzero(gone)
-                keys = part.seg.term_keys[at]
-                was = _global_df(before.values(), keys)
-                histogram.move(was, was - gone[at])
-                before[sid] = part
+                held = np.flatnonzero(gone)
+                delta = -gone[held]
             else:
                 df = part.live_df()
-                keys, mine = part.seg.term_keys[df > 0], df[df > 0]
-                was = _global_df(before.values(), keys)
-                histogram.move(was, was + mine)
+                held = np.flatnonzero(df > 0)
+                delta = df[held] if kind == "add" else -df[held]
+            was = _global_df(before.values(), part.seg.term_keys[held])
+            histogram.move(was, was + delta)
+            if kind == "drop":
+                before.pop(sid)
+            else:
                 before[sid] = part
         return histogram
 

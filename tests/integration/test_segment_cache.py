@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import redis
 
@@ -23,21 +22,12 @@ from shared.retrieve.keywords import BM25Index
 from tests.integration.test_keyword_index import (
     REPO,
     ROOT,
+    CountingCorpus,
     assert_same_as_bm25okapi,
     code_chunks,
 )
 
 pytestmark = pytest.mark.integration
-
-
-class CountingCorpus(RedisCorpus):
-    def __init__(self, client: redis.Redis) -> None:
-        super().__init__(client)
-        self.loaded: list[int] = []
-
-    def _fields(self, repo: str, sid: int) -> dict[bytes | str, bytes | np.ndarray] | None:
-        self.loaded.append(sid)  # a segment read from Redis
-        return super()._fields(repo, sid)
 
 
 @pytest.fixture(scope="module")
