@@ -51,13 +51,26 @@ SHARES = (0.001, 0.01, 0.1)
 BUFFER = 4 << 20
 
 INFO = "2026-11-30 10:00:00,123 INFO [shop.api] GET /orders/12345 200 in 12ms user=4711 ok\n"
+# Each traceback's header line has its own time and order number, as a real log's would: a
+# record's text is never the same twice, so nothing remembered for an earlier record's text
+# (redaction, trace reading, fingerprints) is reused, and the rate is a storm's worst case.
 ERROR = (
-    "2026-11-30 10:00:00,456 ERROR [shop.api] unhandled exception on POST /orders\n"
+    "2026-11-30 {h:02d}:{m:02d}:{s:02d},{ms:03d} ERROR [shop.api] unhandled exception on "
+    "POST /orders/{order}\n"
     "Traceback (most recent call last):\n"
     '  File "/srv/app/shopapp/services/pricing.py", line 91, in _allocate_discount\n'
     "    line.unit_discount_cents = round_half_up(share / line.quantity)\n"
     "ZeroDivisionError: division by zero\n"
 )
+
+
+def error_at(n: int) -> str:
+    """The ``n``-th traceback's text: a millisecond later and another order than the last."""
+    s, ms = divmod(n, 1000)
+    m, s = divmod(s, 60)
+    h, m = divmod(m, 60)
+    return ERROR.format(h=h % 24, m=m, s=s, ms=ms, order=100_000 + n)
+
 
 # producers/skim.py's markers as a single regex: what a plain regex scan would search for.
 MARKERS = re.compile(
@@ -73,12 +86,14 @@ def make_log(path: Path, megabytes: float, share: float) -> int:
     """A log of about ``megabytes`` MB where ``share`` of the records are tracebacks; returns
     the number of tracebacks."""
     per_block = round(1 / share)
-    block = (INFO * (per_block - 1) + ERROR).encode()
-    blocks = max(1, int(megabytes * (1 << 20)) // len(block))
-    batch = max(1, (8 << 20) // len(block))
+    infos = INFO * (per_block - 1)
+    block_bytes = len((infos + error_at(0)).encode())
+    blocks = max(1, int(megabytes * (1 << 20)) // block_bytes)
+    batch = max(1, (8 << 20) // block_bytes)
     with open(path, "wb") as f:
         for start in range(0, blocks, batch):
-            f.write(block * min(batch, blocks - start))
+            end = min(blocks, start + batch)
+            f.write("".join(infos + error_at(n) for n in range(start, end)).encode())
     return blocks
 
 
