@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import typer
 from pydantic import ValidationError
@@ -19,6 +19,11 @@ from shared.core import logs, queues
 from shared.core.errors import PermanentError
 from shared.core.settings import Settings, invalid_settings
 from shared.stack import stackfile
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from shared.core.domain import Deploy
 
 cli = typer.Typer(
     add_completion=False,
@@ -168,6 +173,7 @@ def status() -> None:
     from shared.core.persistence import persistence_warning
     from shared.core.pipeline import sender_app
     from shared.groups import deferred
+    from shared.groups.deploys import DeployStore
     from shared.index.store_health import store_health
     from shared.models.hosts import host_status, known_hosts
     from shared.stack.up import child_health, stack_table
@@ -239,6 +245,30 @@ def status() -> None:
             str(st["busy_s"]),
         )
     out.print(hosts)
+    out.print(deploys_table(DeployStore(r).recent(10)))
+
+
+def deploys_table(recent: list[Deploy]) -> Table:
+    """The newest deploys of every service (announced, or a release first seen in events)."""
+    from datetime import UTC, datetime
+
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table("when (UTC)", "service", "env", "version", "range", "commits", "source",
+                  title="recent deploys")  # fmt: skip
+    for d in recent:
+        ends = f"{d.commit_from[:7]}..{d.commit_to[:7]}" if d.commit_from else d.commit_to[:7]
+        table.add_row(  # names from outside as Text: "[red]" in a release is not markup
+            datetime.fromtimestamp(d.time, UTC).strftime("%Y-%m-%d %H:%M"),
+            Text(d.service),
+            Text(d.environment or "-"),
+            Text(d.version),
+            ends or "-",
+            str(len(d.commits)) if d.commits else "-",
+            "announced" if d.source == "announced" else "release seen",
+        )
+    return table
 
 
 @cli.command()
@@ -509,6 +539,78 @@ def dsn(
     url = state.ingest_url if running and state is not None else "http://127.0.0.1:8080"
     scheme, _, host = url.partition("://")
     print(f"{scheme}://{keys[0]}@{host}/{project}")
+
+
+@cli.command()
+def deploy(
+    service: Annotated[str, typer.Option(help="The service that was deployed.")],
+    version: Annotated[str, typer.Option(help="Its release (as its errors name it).")],
+    environment: Annotated[
+        str, typer.Option("--env", help="Where it went (production, staging, …).")
+    ] = "",
+    commits: Annotated[
+        str | None,
+        typer.Option(
+            "--range",
+            help="The commits it brought, from..to (refs or shas: v1.4.1..HEAD), or one commit; "
+            "listed from the checkout at --repo-dir.",
+        ),
+    ] = None,
+    repo_dir: Annotated[Path, typer.Option(help="The checkout --range is read in.")] = Path("."),
+    when: Annotated[
+        str | None, typer.Option("--time", help="When it went out (ISO 8601; default: now).")
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="TRACEHOUND_INGEST_URL",
+            help="Ingest's address (default: the running stack's, else http://127.0.0.1:8080).",
+        ),
+    ] = None,
+) -> None:
+    """Announce a deploy from a CI pipeline: a new error group's message then says how long
+    after which deploy it was first seen, and whether its suspect commit came with it."""
+    from producers.deploy import (
+        DeployRefused,
+        IngestUnreachable,
+        announce,
+        deploy_body,
+        range_commits,
+    )
+    from shared.index.git import GitUnavailable
+
+    settings = load_settings()
+    found = None
+    if commits:
+        try:
+            found = range_commits(repo_dir, commits)
+        except GitUnavailable as exc:
+            err.print(f"[red]error:[/red] --range {commits!r} in {repo_dir}: {exc}", markup=True)
+            raise typer.Exit(2) from exc
+        if found.note:
+            err.print(f"warning: {found.note}", highlight=False, markup=False)
+    if url is None:
+        state, running = stackfile.live_state(settings.data_dir)
+        url = state.ingest_url if running and state is not None else "http://127.0.0.1:8080"
+    token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
+    body = deploy_body(
+        service=service, version=version, environment=environment, commits=found, when=when
+    )
+    try:
+        reply = announce(url, token, body)
+    except DeployRefused as exc:
+        err.print(f"error: ingest refused the deploy: {exc}", highlight=False, markup=False)
+        raise typer.Exit(1) from exc
+    except IngestUnreachable as exc:
+        err.print(f"error: ingest did not answer: {exc}", highlight=False, markup=False)
+        raise typer.Exit(2) from exc
+    listed = f", {len(found.shas)} commits" if found is not None and found.shas else ""
+    out.print(
+        f"deploy {reply.get('id')} of {service} {version}{listed}: "
+        + ("recorded" if reply.get("new") else "already recorded"),
+        highlight=False,
+        markup=False,
+    )
 
 
 @cli.command()

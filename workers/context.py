@@ -19,6 +19,7 @@ from shared.core.domain import Investigation
 from shared.core.errors import TracehoundError
 from shared.core.pipeline import enqueue_error, enqueue_reanalysis, enqueue_thread_reply
 from shared.core.settings import Settings
+from shared.groups.deploys import DeployStore
 from shared.groups.store import GroupStore
 from shared.groups.submit import Intake, schedule_incident_update
 from shared.index.backlog import EmbedBacklog
@@ -199,6 +200,11 @@ class Clients:
     @cached_property
     def analysis_cache(self) -> AnalysisCache:
         return AnalysisCache(self.redis)
+
+    @cached_property
+    def deploys(self) -> DeployStore:
+        """Announced and seen deploys (a new group's message names the one it came after)."""
+        return DeployStore(self.redis)
 
     @cached_property
     def history(self) -> HistoryStore:

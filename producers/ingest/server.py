@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.routing import Route
 
+from producers.ingest.deploy_routes import deploy_routes
 from producers.ingest.events import EventsRoute
 from producers.ingest.guard import LOOPBACK_HOSTS, allowed_hosts_for, guard_middleware
 from producers.ingest.replies import JSONReply
@@ -41,8 +42,9 @@ def create_app(
     store_check: Callable[[], StoreHealth] | None = None,
 ) -> Starlette:
     """The ingest ASGI app; ``intake`` redacts, groups and enqueues by task name (no worker
-    code is imported). Besides ``/v1/events`` it serves what error SDKs send
-    (producers/ingest/sdk_routes.py): Sentry envelopes and store events, and OTLP logs.
+    code is imported). Besides ``/v1/events`` and ``/v1/deploys`` (deploy_routes.py) it serves
+    what error SDKs send (producers/ingest/sdk_routes.py): Sentry envelopes and store events,
+    and OTLP logs.
     ``sentry_keys`` None: any DSN key. Requests from other web pages, to other host names, or
     with a body a page can send without a preflight are refused (producers/ingest/guard.py).
     """
@@ -87,6 +89,7 @@ def create_app(
         middleware=guard_middleware(allowed_hosts=allowed_hosts, allowed_origins=allowed_origins),
         routes=[
             Route("/v1/events", events.handle, methods=["POST"]),
+            *deploy_routes(intake.deploys, token=token, read_timeout=read_timeout),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
             *SdkRoutes(

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -395,6 +395,72 @@ class Evidence(Frozen):
     reason: str = ""  # why it is weak, for the prompt and the logs
 
 
+DEPLOY_COMMITS_MAX = 1000  # commits a deploy lists, at most (a CI range of a long-lived branch)
+_SHA = re.compile(r"^[0-9a-f]{7,64}$")
+
+
+class Deploy(Frozen):
+    """A release of a service that went out: announced (``POST /v1/deploys``, ``tracehound
+    deploy``) or seen (the first event that named a release no deploy had named)."""
+
+    service: str
+    environment: str = ""  # "" when not said: matches every environment
+    version: str
+    commit_from: str = ""  # the range it brought: commit_from..commit_to ("" when not said)
+    commit_to: str = ""
+    commits: tuple[str, ...] = ()  # the commits of that range (``git rev-list from..to``)
+    time: float  # seconds since the epoch
+    source: Literal["announced", "release"] = "announced"
+
+    @field_validator("service", "version")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        name = one_line(value, NAME_MAX_CHARS)
+        if not name:
+            raise ValueError("must name something: it was empty or only control characters")
+        return name
+
+    @field_validator("environment")
+    @classmethod
+    def _environment(cls, value: str) -> str:
+        return one_line(value, NAME_MAX_CHARS)
+
+    @field_validator("commit_from", "commit_to")
+    @classmethod
+    def _sha(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value and not _SHA.match(value):
+            raise ValueError("must be a commit sha (7 to 64 hex digits)")
+        return value
+
+    @field_validator("commits")
+    @classmethod
+    def _shas(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if len(value) > DEPLOY_COMMITS_MAX:
+            raise ValueError(f"at most {DEPLOY_COMMITS_MAX} commits")
+        shas = tuple(v.strip().lower() for v in value)
+        if bad := next((v for v in shas if not _SHA.match(v)), None):
+            raise ValueError(f"not a commit sha: {bad[:80]!r}")
+        return shas
+
+    @field_validator("time")
+    @classmethod
+    def _time(cls, value: float) -> float:
+        if not 0 < value < 1e11:  # finite, after 1970 and before the year 5138
+            raise ValueError("must be seconds since the epoch")
+        return value
+
+
+class DeployNote(Frozen):
+    """The deploy a new group came after, and which of its suspect commits that deploy
+    brought (shared/groups/deploys.py)."""
+
+    deploy: Deploy
+    after_s: float  # the group was first seen this long after the deploy
+    suspects_in: tuple[str, ...] = ()  # suspect commits the deploy brought
+    suspects_out: tuple[str, ...] = ()  # suspect commits it did not (older ones)
+
+
 class Investigation(Frozen):
     """The payload that travels down the analysis chain, growing one stage at a time."""
 
@@ -416,6 +482,8 @@ class Investigation(Frozen):
     # Filled by analyze from what the indexer recorded (shared/analyze/history.py).
     code_version: CodeVersion | None = None
     history: list[CitedHistory] = Field(default_factory=list)
+    # Filled before delivery from the recorded deploys (shared/groups/deploys.py).
+    deploy: DeployNote | None = None
 
     def visited(self, stage: str, queue: str, worker: str) -> Investigation:
         return self.model_copy(

@@ -242,6 +242,18 @@ DEFERRED_RANK = f"{PREFIX}deferred:rank"
 DEFERRED_SETTLING = f"{PREFIX}deferred:settling"
 
 
+# --- deploys (shared/groups/deploys.py) -------------------------------------------------------
+
+
+def deploys(service: str) -> tuple[str, str]:
+    """(hash: deploy id -> its JSON, sorted set: deploy id -> time) of one service."""
+    base = f"{PREFIX}deploys:{_digest(service)}"
+    return base, f"{base}:times"
+
+
+DEPLOYS_RECENT = f"{PREFIX}deploys:recent"  # sorted set: "service\0id" -> time, every service
+
+
 # --- analysis chains in flight (shared/core/inflight.py) ---------------------------------------
 
 INFLIGHT = f"{PREFIX}inflight"  # hash: chain root id -> its first message, queue, last id

@@ -311,6 +311,13 @@ class Settings(BaseSettings):
     group_window: float = Field(
         1800.0, gt=0, description="Seconds: repeats of a group inside it only count."
     )
+    deploy_window: float = Field(
+        86400.0,
+        gt=0,
+        description="Seconds: a new group's message names the deploy of its service it came "
+        "after when the group was first seen within this long of it (the error's own release "
+        "is matched first; see `tracehound deploy`).",
+    )
     group_update_interval: float = Field(
         60.0, gt=0, description="Seconds between count updates / thread replies per group."
     )

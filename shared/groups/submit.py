@@ -31,6 +31,7 @@ from shared.core.pipeline import (
 )
 from shared.core.settings import Settings
 from shared.groups import deferred
+from shared.groups.deploys import DeployStore
 from shared.groups.incidents import (
     INCIDENT_UPDATE_S,
     SUMMARY_DUE_S,
@@ -69,6 +70,7 @@ class Intake:
             settings.redact, settings.redact_extra, settings.redact_disable
         )
         self.symbolicator = Symbolicator(MapCatalog(r))
+        self.deploys = DeployStore(r)
         self.admitter = Admitter(
             r,
             AdmissionPolicy(
@@ -104,6 +106,8 @@ class Intake:
         for at, counted in zip(positions.values(), self.groups.record_many(batches), strict=True):
             found.update(zip(at, counted, strict=True))
         occurrences = [found[i] for i in range(len(prepared))]
+        # A release no deploy named is recorded as seen now (once per process and release).
+        self.deploys.note_releases(event for event, _ in prepared)
         results = self._start(prepared, occurrences)
         # Repeats (neither new nor a replay) get their group's count update scheduled.
         self._schedule_updates(

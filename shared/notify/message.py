@@ -254,6 +254,59 @@ def history_text(inv: Investigation, now: datetime | None = None) -> str:
     return "\n".join(lines)
 
 
+def span(seconds: float, language: str = "en") -> str:
+    """``12 min``, ``3 h 5 min``, ``2 d 4 h``: how long after a deploy."""
+    s = max(0, int(seconds))
+    if s < 60:
+        return phrase(language, "span_now")
+    if s < 3600:
+        return phrase(language, "span_min", m=s // 60)
+    if s < 86400:
+        return phrase(language, "span_hours", h=s // 3600, m=s % 3600 // 60)
+    return phrase(language, "span_days", d=s // 86400, h=s % 86400 // 3600)
+
+
+def deploy_text(inv: Investigation, language: str = "en", *, mrkdwn: bool = True) -> str:
+    """``first seen 12 min after deploy 1.4.2 (a1b2c3d..d4e5f6a) to production; suspect
+    commit 0f1e2d3 came with it`` (deploy fields are from outside: escaped, clipped)."""
+    found = inv.deploy
+    if found is None:
+        return ""
+    d = found.deploy
+
+    def code(text: str) -> str:
+        quoted = escape(text).replace("`", "'")  # a backtick would end the code span
+        return f"`{quoted}`" if mrkdwn else text
+
+    when = span(found.after_s, language)
+    version = code(_clip(d.version, 80))
+    if d.source == "release":
+        text = phrase(language, "release_after", span=when, version=version)
+    else:
+        ends = f"{d.commit_from[:7]}..{d.commit_to[:7]}" if d.commit_from else d.commit_to[:7]
+        env = _clip(d.environment, 60)
+        text = phrase(
+            language,
+            "deploy_after",
+            span=when,
+            version=version,
+            range=f" ({code(ends)})" if ends else "",
+            env=phrase(language, "deploy_env", env=code(env)) if env else "",
+        )
+    if found.suspects_in:
+        shas = ", ".join(code(s[:7]) for s in found.suspects_in)
+        text += "; " + phrase(language, "suspects_in", shas=shas)
+    elif found.suspects_out:
+        shas = ", ".join(code(s[:7]) for s in found.suspects_out)
+        text += "; " + phrase(language, "suspects_out", shas=shas)
+    return text
+
+
+def _deploy_blocks(inv: Investigation, language: str) -> list[dict[str, Any]]:
+    deployed = deploy_text(inv, language)
+    return [_section(f"*{phrase(language, 'deploy')}:* {deployed}")] if deployed else []
+
+
 def _history_context(inv: Investigation) -> str:
     v = inv.code_version
     if v is None:
@@ -304,6 +357,7 @@ def build_message(
     if ev.message:
         # In a code block: text from logs renders literally (*bold*, _italic_, ~strike~ too).
         blocks.append(_code_section(say("error"), _clip(ev.message, 500)))
+    blocks += _deploy_blocks(inv, opts.language)
     if a is not None:
         blocks.append(_section(f"*{say('summary')}:* {escape(a.summary)}"))
         if a.hypotheses:
@@ -370,6 +424,8 @@ def _fallback_text(inv: Investigation, weak: bool, language: str = "en") -> str:
         parts.append(f"{say('release').capitalize()}: {built}")
     if ev.message:
         parts.append(f"{say('error')}: {_clip(ev.message, 300)}")
+    if deployed := deploy_text(inv, language, mrkdwn=False):
+        parts.append(f"{say('deploy')}: {deployed}")
     if a is not None:
         parts.append(f"{say('summary')}: {a.summary}")
         for i, h in enumerate(a.hypotheses[:3], start=1):

@@ -48,6 +48,17 @@ PHRASES: dict[str, dict[str, str]] = {
         "first_seen": "first seen {when}",
         "last_seen": "last seen {when}",
         "owners": "Owners",
+        "deploy": "Deploy",
+        "deploy_after": "first seen {span} after deploy {version}{range}{env}",
+        "deploy_env": " to {env}",
+        "release_after": "first seen {span} after release {version} first appeared in events "
+        "(no deploy was announced)",
+        "suspects_in": "suspect commit {shas} came with it",
+        "suspects_out": "the suspect commits ({shas}) are older than it",
+        "span_now": "under a minute",
+        "span_min": "{m} min",
+        "span_hours": "{h} h {m} min",
+        "span_days": "{d} d {h} h",
     },
     "ko": {
         "error": "오류",
@@ -89,6 +100,17 @@ PHRASES: dict[str, dict[str, str]] = {
         "first_seen": "최초 {when}",
         "last_seen": "최근 {when}",
         "owners": "담당자",
+        "deploy": "배포",
+        "deploy_after": "배포 {version}{range}{env} 후 {span} 만에 처음 발생",
+        "deploy_env": " ({env})",
+        "release_after": "릴리스 {version}이(가) 이벤트에 처음 나타난 후 {span} 만에 처음 발생 "
+        "(배포 알림 없음)",
+        "suspects_in": "의심 커밋 {shas}이(가) 이 배포에 포함됨",
+        "suspects_out": "의심 커밋({shas})은 이 배포보다 이전 것임",
+        "span_now": "1분 미만",
+        "span_min": "{m}분",
+        "span_hours": "{h}시간 {m}분",
+        "span_days": "{d}일 {h}시간",
     },
 }
 

@@ -29,6 +29,7 @@ from shared.core.domain import (
 )
 from shared.core.errors import PermanentError, TracehoundError, TransientError
 from shared.core.pipeline import notify_step
+from shared.groups.deploys import with_deploy
 from shared.intake.trace import with_trace
 from shared.models.reranker import RerankRefused, rerank_candidates
 from shared.notify.claims import ClaimHeld
@@ -199,6 +200,7 @@ def analyze(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         done = with_analysis(inv, slow, ctx.redactor.redact)
     if done.analysis is not None and done.analysis.degraded:
         metrics.fallback("analyze")
+    done = with_deploy(done, ctx.deploys, ctx.settings.deploy_window)
     try:
         return deliver(done, ctx.courier).model_dump(mode="json")
     except (Paced, ClaimHeld, TransientError):
