@@ -18,6 +18,7 @@ from rich.console import Console
 from shared.core import logs, queues
 from shared.core.errors import PermanentError
 from shared.core.settings import Settings, invalid_settings
+from shared.core.telemetry import switch_off_telemetry
 from shared.stack import stackfile
 
 if TYPE_CHECKING:
@@ -873,6 +874,8 @@ def sourcemaps_list(
 
 
 def main() -> None:
+    # Before anything builds a client; what this command starts inherits it.
+    switch_off_telemetry(os.environ)
     # Log lines carry their fields (path, error, event id): "tail.open_failed" alone says nothing.
     logs.configure(os.environ.get("TRACEHOUND_LOG_LEVEL", "WARNING"))
     cli()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 from typing import Any
 
 from celery import Celery
@@ -12,6 +13,7 @@ from pydantic import ValidationError
 
 from shared.core import queues
 from shared.core.settings import invalid_settings
+from shared.core.telemetry import switch_off_telemetry
 from shared.notify.routing import RoutingError, routing_for
 from workers import context, heartbeat, metrics, redis_restart  # metrics: signal handlers
 
@@ -51,6 +53,13 @@ def _configure(sender: Celery, **_: Any) -> None:
             task_events=s.task_events,
         )
     )
+
+
+@worker_init.connect
+def _telemetry_off(**_: Any) -> None:
+    """Before the pool forks and any client is built: a worker started as ``celery -A workers
+    worker`` (not through ``tracehound worker``) has not had it done."""
+    switch_off_telemetry(os.environ)
 
 
 @worker_init.connect
