@@ -145,8 +145,18 @@ def down(data_dir: DataDirOption = None) -> None:
 
 
 @cli.command()
-def config() -> None:
-    """Print the effective settings (secrets masked)."""
+def config(
+    egress: Annotated[
+        bool,
+        typer.Option(
+            "--egress", help="Only the hosts tracehound contacts: role, address, setting, why."
+        ),
+    ] = False,
+) -> None:
+    """Print the effective settings (secrets masked), then every host they make tracehound
+    contact."""
+    from shared.core.egress import destinations
+
     settings = load_settings()
     state, running = stackfile.live_state(settings.data_dir)
     if running and state is not None:
@@ -157,9 +167,34 @@ def config() -> None:
                 highlight=False,
                 markup=False,
             )
+    lines = [d.line() for d in destinations(settings, webhooks=_routing_webhooks(settings))]
+    if egress:
+        for line in lines:
+            out.print(line, highlight=False, markup=False, soft_wrap=True)
+        return
     for key, value in settings.masked().items():
         # Values are printed literally: "*.test.[jt]s" is a glob, not Rich markup.
         out.print(f"{key} = {json.dumps(value)}", highlight=False, markup=False, soft_wrap=True)
+    # Comments, so a reader of the key = value lines above skips them.
+    out.print(
+        "# egress: every host tracehound contacts (tracehound config --egress)",
+        highlight=False,
+        markup=False,
+    )
+    for line in lines:
+        out.print(f"#   {line}", highlight=False, markup=False, soft_wrap=True)
+
+
+def _routing_webhooks(settings: Settings) -> list[str]:
+    """The webhooks the routing file names (none without one); a bad file is said, not fatal:
+    the worker refuses it at start."""
+    from shared.notify.routing import RoutingError, load_routing
+
+    try:
+        return [r.route.webhook for r in load_routing(settings.routing).rules if r.route.webhook]
+    except RoutingError as exc:
+        err.print(f"[yellow]note:[/yellow] routing file not read: {exc}", highlight=False)
+        return []
 
 
 @cli.command()

@@ -136,6 +136,39 @@ def test_config_prints_settings_with_secrets_masked(stack: LocalStack) -> None:
     assert '"*.test.[jt]s"' in done.stdout
 
 
+def test_config_lists_every_host_the_stack_contacts_and_no_other(
+    stack: LocalStack, tmp_path: Path
+) -> None:
+    routing = tmp_path / "routing.toml"
+    routing.write_text(
+        '[[rule]]\nservices = ["billing*"]\nwebhook = "https://hooks.example/services/T/B/sekrit"\n'
+    )
+    env = {**stack.env, "TRACEHOUND_ROUTING": str(routing)}
+
+    listed = run_cli(["config", "--egress"], env)
+
+    assert listed.returncode == 0, listed.stderr
+    rows = {tuple(line.split(None, 3)[:2]) for line in listed.stdout.splitlines()}
+    slack = env["TRACEHOUND_SLACK_BASE_URL"].removesuffix("/api/")
+    assert rows == {
+        ("redis", env["TRACEHOUND_REDIS_URL"].removesuffix("/0")),
+        ("chroma", env["TRACEHOUND_CHROMA_URL"]),
+        ("ollama", env["TRACEHOUND_OLLAMA_URL"]),
+        ("rerank", env["TRACEHOUND_RERANK_URL"]),
+        ("slack", slack),
+        ("slack-socket", "ws://127.0.0.1"),  # the simulator hands out a loopback websocket
+        ("slack-webhook", "https://hooks.example:443"),
+    }
+    assert "sekrit" not in listed.stdout
+    # Plain `config` ends with the same list, as comments after the key = value lines.
+    full = run_cli(["config"], env).stdout.splitlines()
+    section = full.index("# egress: every host tracehound contacts (tracehound config --egress)")
+    assert all(" = " in line for line in full[:section])
+    assert [line.removeprefix("#   ") for line in full[section + 1 :]] == (
+        listed.stdout.splitlines()
+    )
+
+
 def test_tracehound_worker_and_celery_worker_both_consume_a_queue(
     stack: LocalStack,
     settings: Settings,
