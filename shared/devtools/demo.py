@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from pathlib import Path
 
 from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
+from shared.core.egress import destinations
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.devtools.sample_history import BUG_SUBJECT, build_sample_repo
@@ -23,6 +25,12 @@ from shared.stack.localstack import README_UBATCH, local_stack
 
 DEMO_REPO = "sample-service"
 DEMO_SERVICE = "shop-api"
+
+
+def stack_fields(env: Mapping[str, str]) -> dict[str, str]:
+    """The TRACEHOUND_* variables of ``env`` as Settings field names."""
+    prefix = "TRACEHOUND_"
+    return {k.removeprefix(prefix).lower(): v for k, v in env.items() if k.startswith(prefix)}
 
 
 def run_demo(
@@ -74,6 +82,11 @@ def run_demo(
             err.print(f"using the Ollama at {settings.ollama_url}")
         err.print(f"starting private redis-server, chroma and workers under {workdir} …")
         localstack = stack.enter_context(local_stack(workdir, env))
+        # What the workers run with: the private Redis and Chroma, the simulator if used.
+        worker_settings = Settings(**settings.model_dump() | stack_fields(localstack.env))
+        err.print("the stack contacts these hosts and no others (tracehound config --egress):")
+        for destination in destinations(worker_settings):
+            err.print(f"  {destination.line()}", highlight=False, markup=False, soft_wrap=True)
         localstack.start_workers()
         app = sender_app(Settings(redis_url=localstack.env["TRACEHOUND_REDIS_URL"]))
         stack.callback(app.close)
@@ -101,9 +114,6 @@ def run_demo(
             max_bytes=settings.max_trace_bytes,
         )
         err.print(f"analyzing {error_file} (event {event.id}) …")
-        worker_settings = settings.model_copy(
-            update={"redis_url": localstack.env["TRACEHOUND_REDIS_URL"]}
-        )
         submitted = intake_for(worker_settings, app).submit(event)
         assert submitted.result is not None  # a fresh private Redis: the group is new
         notification = submitted.result.get(timeout=900)
