@@ -40,6 +40,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import ahocorasick
+
 from shared.core.domain import Candidate, ErrorEvent
 from shared.core.memo import TextMemo
 from shared.intake.secret_contexts import CONTEXT_RULES, STRUCT_RULE
@@ -334,6 +336,18 @@ def all_rules() -> tuple[Rule, ...]:
     )
 
 
+def _automaton(rules_of: Mapping[str, frozenset[int]]) -> Any:
+    """An Aho-Corasick automaton over the triggers, each giving the rules it calls for; None
+    when no rule has a trigger."""
+    if not rules_of:
+        return None
+    automaton = ahocorasick.Automaton()
+    for trigger, ids in rules_of.items():
+        automaton.add_word(trigger, ids)
+    automaton.make_automaton()
+    return automaton
+
+
 def _keeping_lines(
     replacement: str | Callable[[re.Match[str]], str],
 ) -> Callable[[re.Match[str]], str]:
@@ -360,15 +374,17 @@ class Redactor:
         # short ones cannot push out the 512 traces).
         self._long: TextMemo[str] = TextMemo(size=512)
         self._short: TextMemo[str] = TextMemo(size=4096)
-        # Which rules a text needs, from the triggers it holds: one substring test per distinct
-        # trigger (128) instead of one per rule and trigger, and no pass of a rule whose
-        # triggers are all absent.
+        # Which rules a text needs, from the triggers it holds, and no pass of a rule whose
+        # triggers are all absent. The triggers are found in one Aho-Corasick pass over the
+        # text (pyahocorasick, in C): one ``in`` test per distinct trigger (199) took 90 µs of
+        # a 330-character trace, most of its redaction.
         rules_of: dict[str, set[int]] = {}
         for i, rule in enumerate(self.rules):
             for t in rule.triggers:
                 rules_of.setdefault(t, set()).add(i)
         self._rules_of = {t: frozenset(ids) for t, ids in rules_of.items()}
         self._untriggered = frozenset(i for i, rule in enumerate(self.rules) if not rule.triggers)
+        self._triggers = _automaton(self._rules_of)
         self._attribute_keys = tuple(
             (name, pattern) for name, pattern in _SECRET_ATTRIBUTE_KEYS if name in names
         )
@@ -403,13 +419,18 @@ class Redactor:
         memo = self._long if len(text) >= MEMO_MIN_CHARS else self._short
         return memo.get(text, None, lambda: self._redact(text))
 
+    def needed_rules(self, text: str) -> frozenset[int]:
+        """The indexes of the rules whose triggers ``text`` holds (lower-cased), and those
+        without triggers."""
+        if self._triggers is None:
+            return self._untriggered
+        found = {ids for _, ids in self._triggers.iter(text.lower())}
+        return self._untriggered.union(*found)
+
     def _redact(self, text: str) -> str:
         # Triggers are tested on the original text: a replacement only inserts a marker, and no
         # rule matches text that a marker brought in.
-        lowered = text.lower()
-        needed = self._untriggered.union(
-            *(ids for t, ids in self._rules_of.items() if t in lowered)
-        )
+        needed = self.needed_rules(text)
         for i in sorted(needed):  # in the rules' order
             rule = self.rules[i]
             if rule.prefilter is not None and not rule.prefilter.search(text):

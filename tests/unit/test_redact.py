@@ -6,6 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from shared.core.domain import ErrorEvent
 from shared.intake.redact import DEFAULT_RULES, Redactor
@@ -476,3 +479,24 @@ def test_a_pass_key_is_a_password_key(redactor: Redactor, text: str, kept: str) 
 )
 def test_words_that_end_or_start_with_pass_are_not_keys(redactor: Redactor, text: str) -> None:
     assert redactor.redact(text) == text
+
+
+_TRIGGERS = sorted({t for rule in Redactor().rules for t in rule.triggers})
+
+
+@hyp_settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(st.sampled_from(_TRIGGERS), st.text(max_size=12)), max_size=12).map("".join)
+)
+def test_the_rules_a_text_needs_are_those_whose_triggers_it_holds(text: str) -> None:
+    """The one-pass trigger search (Aho-Corasick) finds what a substring test per trigger
+    finds, overlapping triggers ("api", "api_key", "key") and case included."""
+    redactor = Redactor()
+    lowered = text.lower()
+    expected = {
+        i
+        for i, rule in enumerate(redactor.rules)
+        if not rule.triggers or any(t in lowered for t in rule.triggers)
+    }
+    assert redactor.needed_rules(text) == expected
+    assert redactor.needed_rules(text.upper()) == redactor.needed_rules(text.lower())
