@@ -188,6 +188,12 @@ class Settings(BaseSettings):
         description="Address /metrics listens on: loopback unless a scraper on another host "
         "needs it (compose sets 0.0.0.0 inside its network).",
     )
+    metrics_max_services: int = Field(
+        50,
+        ge=1,
+        description="Distinct service names a process labels its error counts with; later "
+        "ones are counted as `other` (senders choose the names).",
+    )
     task_events: bool = Field(
         False,
         description="Workers publish Celery task events from the start (Flower turns them on "

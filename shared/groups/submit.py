@@ -13,7 +13,7 @@ hands over a request's records and the tailer a read round's errors at once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -63,8 +63,18 @@ class Submitted:
 
 
 class Intake:
-    def __init__(self, app: Celery, r: redis.Redis, settings: Settings) -> None:
-        self.app, self.settings = app, settings
+    """``counted``: told of each event counted (not a replay): its service, and whether it
+    opened its group's window (the process's metrics)."""
+
+    def __init__(
+        self,
+        app: Celery,
+        r: redis.Redis,
+        settings: Settings,
+        *,
+        counted: Callable[[str, bool], None] | None = None,
+    ) -> None:
+        self.app, self.settings, self.counted = app, settings, counted
         self.groups = GroupStore(r, window_s=settings.group_window, dedup_ttl_s=settings.dedup_ttl)
         self.redactor = Redactor.from_settings(
             settings.redact, settings.redact_extra, settings.redact_disable
@@ -109,6 +119,10 @@ class Intake:
         # A release no deploy named is recorded as seen now (once per process and release).
         self.deploys.note_releases(event for event, _ in prepared)
         results = self._start(prepared, occurrences)
+        if self.counted is not None:
+            for (event, _), occ in zip(prepared, occurrences, strict=True):
+                if not occ.duplicate:
+                    self.counted(event.service, occ.new)
         # Repeats (neither new nor a replay) get their group's count update scheduled.
         self._schedule_updates(
             list(
@@ -237,7 +251,9 @@ def schedule_incident_update(
         enqueue_update_incident(app, incident, countdown=interval)
 
 
-def intake_for(settings: Settings, app: Celery) -> Intake:
+def intake_for(
+    settings: Settings, app: Celery, *, counted: Callable[[str, bool], None] | None = None
+) -> Intake:
     # Bounded waits: a producer that cannot reach Redis backs off and says so, never hangs.
     r = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=10)
-    return Intake(app, r, settings)
+    return Intake(app, r, settings, counted=counted)
