@@ -88,16 +88,36 @@ def _retry_after(headers: Any) -> float | None:
         return None
 
 
-def _slack_failure(what: str, status: int, error: str, headers: Any) -> Exception:
+# What became of a call to Slack, as the metrics count it (a bounded set: the label values).
+OK, RATE_LIMITED, SERVER_ERROR, REFUSED, NO_ANSWER = (
+    "ok",
+    "rate_limited",
+    "server_error",
+    "refused",
+    "no_answer",
+)
+SLACK_OUTCOMES = (OK, RATE_LIMITED, SERVER_ERROR, REFUSED, NO_ANSWER)
+_SERVER_ERRORS = ("internal_error", "fatal_error", "service_unavailable", "request_timeout")
+
+# Told of every call to Slack: its API method (or "webhook") and its outcome.
+CallObserver = Callable[[str, str], None]
+
+
+def slack_outcome(status: int, error: str) -> str:
+    """How Slack answered a call that failed: rate limited, its own failure, or a refusal."""
     if status == 429 or error == "ratelimited":
+        return RATE_LIMITED
+    if status >= 500 or error in _SERVER_ERRORS:
+        return SERVER_ERROR
+    return REFUSED
+
+
+def _slack_failure(what: str, status: int, error: str, headers: Any) -> Exception:
+    outcome = slack_outcome(status, error)
+    if outcome == RATE_LIMITED:
         wait = _retry_after(headers)
         return TransientError(f"{what}: rate limited (Retry-After {wait})", retry_after=wait)
-    if status >= 500 or error in (
-        "internal_error",
-        "fatal_error",
-        "service_unavailable",
-        "request_timeout",
-    ):
+    if outcome == SERVER_ERROR:
         return TransientError(f"{what}: Slack error {status} {error}")
     return PermanentError(f"{what}: Slack refused the message: {error or status}")
 
@@ -126,6 +146,7 @@ class SlackBotNotifier:
         base_url: str,
         timeout: float = 30.0,
         channel_ids: MutableMapping[str, str] | None = None,
+        on_call: CallObserver | None = None,
     ) -> None:
         from slack_sdk import WebClient
 
@@ -135,6 +156,7 @@ class SlackBotNotifier:
         self._client = WebClient(token=token, base_url=base_url, timeout=int(timeout))
         # name -> ID, shared by the routed copies (and, given one, across processes).
         self._ids: MutableMapping[str, str] = {} if channel_ids is None else channel_ids
+        self.on_call = on_call
 
     destination = "slack"
 
@@ -148,16 +170,23 @@ class SlackBotNotifier:
         from slack_sdk.errors import SlackApiError, SlackClientError
 
         try:
-            return call()
+            answer = call()
         except SlackApiError as exc:
             r = exc.response
-            raise _slack_failure(
-                f"slack {method}", r.status_code, str(r.get("error", "")), r.headers
-            ) from exc
+            status, error = r.status_code, str(r.get("error", ""))
+            self._observe(method, slack_outcome(status, error))
+            raise _slack_failure(f"slack {method}", status, error, r.headers) from exc
         except (SlackClientError, OSError) as exc:
             # No answer: Slack may still have done it (a post that timed out can be in the
             # channel).
+            self._observe(method, NO_ANSWER)
             raise TransientError(f"slack {method}: {exc}", maybe_done=True) from exc
+        self._observe(method, OK)
+        return answer
+
+    def _observe(self, method: str, outcome: str) -> None:
+        if self.on_call is not None:
+            self.on_call(method, outcome)
 
     def channel_id(self, channel: str | None = None) -> str:
         """The ID of ``channel`` (default: this notifier's). ``PermanentError`` when Slack
@@ -294,10 +323,13 @@ def _is_ts(value: Any) -> bool:
 class SlackWebhookNotifier:
     """An incoming webhook: no token, one fixed channel, no ``ts`` to update later."""
 
-    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, *, timeout: float = 30.0, on_call: CallObserver | None = None
+    ) -> None:
         from slack_sdk.webhook import WebhookClient
 
         self._client = WebhookClient(url, timeout=int(timeout))
+        self.on_call = on_call
 
     destination = "slack-webhook"
 
@@ -325,10 +357,17 @@ class SlackWebhookNotifier:
         try:
             resp = self._client.send(text=text, blocks=blocks)
         except OSError as exc:
+            self._observe(NO_ANSWER)
             raise TransientError(f"slack webhook: {exc}") from exc
         if resp.status_code != 200:
+            self._observe(slack_outcome(resp.status_code, resp.body or ""))
             raise _slack_failure("slack webhook", resp.status_code, resp.body or "", resp.headers)
+        self._observe(OK)
         return Delivery("slack-webhook")
+
+    def _observe(self, outcome: str) -> None:
+        if self.on_call is not None:
+            self.on_call("webhook", outcome)
 
 
 # Emphasis markers only where mrkdwn treats them as such: not inside identifiers (order_service).
