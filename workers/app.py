@@ -80,7 +80,14 @@ def _check_routing(**_: Any) -> None:
 def _serve_metrics(**_: Any) -> None:
     s = context.settings()
     if s.metrics_port:
-        metrics.serve(s.metrics_port, s.data_dir, s.redis_url, s.metrics_host)
+        metrics.serve(
+            s.metrics_port,
+            s.data_dir,
+            s.redis_url,
+            s.metrics_host,
+            probes=lambda: metrics.host_probes(s, context.consumed_queues()),
+            max_services=s.metrics_max_services,
+        )
 
 
 @worker_init.connect

@@ -186,7 +186,12 @@ class Clients:
 
     @cached_property
     def intake(self) -> Intake:
-        return Intake(current_app._get_current_object(), self.redis, self.settings)
+        return Intake(
+            current_app._get_current_object(),
+            self.redis,
+            self.settings,
+            counted=metrics.counted,
+        )
 
     @cached_property
     def groups(self) -> GroupStore:
@@ -299,10 +304,13 @@ class Clients:
                 base_url=s.slack_base_url,
                 timeout=s.slack_timeout,
                 channel_ids=ChannelIds(self.redis),
+                on_call=metrics.slack_call,
             )
         if s.slack_webhook_url:
             return SlackWebhookNotifier(
-                s.slack_webhook_url.get_secret_value(), timeout=s.slack_timeout
+                s.slack_webhook_url.get_secret_value(),
+                timeout=s.slack_timeout,
+                on_call=metrics.slack_call,
             )
         return self.console
 
@@ -345,6 +353,11 @@ WARM: dict[str, tuple[str, ...]] = {
 def remember_queues(consumed: set[str]) -> None:
     """The queues this worker consumes (set before the pool forks), for its children."""
     _state["consumed"] = set(consumed)
+
+
+def consumed_queues() -> set[str]:
+    """The queues this worker consumes (every queue until the worker has said)."""
+    return set(_state.get("consumed", queues.ALL_QUEUES))
 
 
 def client_modules(consumed: set[str]) -> list[str]:

@@ -9,7 +9,7 @@ end to end without a GPU, a model download or a network:
 - ``POST /api/chat`` and ``POST /api/generate``: streaming (NDJSON, chunked) or not. With a JSON
   schema as ``format`` the reply validates against it; for tracehound's analysis schema it cites
   the ``<candidate>`` whose code shares most tokens with the ``<error>`` text of the prompt.
-- ``GET /``, ``/api/tags``, ``/api/ps``, ``/api/version``.
+- ``GET /``, ``/api/tags``, ``/api/ps``, ``/api/version``; ``/health`` as llama-server answers it.
 - Rerank shapes: ``POST /v1/rerank`` (llama.cpp, vLLM, Jina, Cohere), ``POST /rerank`` (Hugging
   Face TEI) and ``POST /api/rerank`` (Ollama forks), scored by lexical overlap, sorted by score.
 
@@ -1003,6 +1003,8 @@ class OllamaSimulator(LoopbackSimulator):
                 return h.send_text(200, "Ollama is running")
             if path == "/api/version":
                 return h.send_json(200, {"version": "0.0.0-simulator"})
+            if path == "/health":  # llama-server's (and TEI's) health check
+                return h.send_json(200, {"status": "ok"})
             if path == "/api/tags":
                 return h.send_json(200, self._tags())
             if path == "/api/ps":
