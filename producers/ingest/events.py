@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -35,6 +36,7 @@ from starlette.requests import Request
 
 from producers.ingest.auth import bearer_ok
 from producers.ingest.body import read_body
+from producers.ingest.metrics import BACKLOG, REDIS
 from producers.ingest.replies import (
     REPLY_LIST_MAX,
     JSONReply,
@@ -51,7 +53,7 @@ log = logging.getLogger(__name__)
 
 class EventsRoute:
     """``POST /v1/events``: a shipper's batch queued whole (the default) or taken before the
-    answer (``?wait=true``)."""
+    answer (``?wait=true``). ``refused`` is told the reason of each 503 (the metrics)."""
 
     def __init__(
         self,
@@ -63,12 +65,15 @@ class EventsRoute:
         default_service: str | None,
         max_records: int,
         read_timeout: float,
+        refused: Callable[[str], None],
     ) -> None:
-        self.intake, self.token = intake, token
+        self.intake, self.token, self.refused = intake, token, refused
         self.max_body_bytes, self.max_trace_bytes = max_body_bytes, max_trace_bytes
         self.default_service, self.max_records = default_service, max_records
         self.read_timeout = read_timeout
-        self.queue_now = Spool(intake, default_service=default_service, max_records=max_records)
+        self.queue_now = Spool(
+            intake, default_service=default_service, max_records=max_records, refused=refused
+        )
 
     async def handle(self, request: Request) -> JSONReply:
         if not bearer_ok(request, self.token):
@@ -108,6 +113,7 @@ class EventsRoute:
         except (redis.RedisError, OperationalError, OSError) as exc:
             # Part of the batch may be counted already: the shipper's retry repeats the same
             # event ids, and intake counts each id once.
+            self.refused(REDIS)
             return unavailable(exc)
         log.info(
             "ingest.batch",
@@ -184,8 +190,16 @@ class Spool:
 
     RECHECK_S = 0.5
 
-    def __init__(self, intake: Intake, *, default_service: str | None, max_records: int) -> None:
+    def __init__(
+        self,
+        intake: Intake,
+        *,
+        default_service: str | None,
+        max_records: int,
+        refused: Callable[[str], None],
+    ) -> None:
         self.intake, self.default_service, self.max_records = intake, default_service, max_records
+        self.refused = refused
         self.max_backlog = intake.settings.ingest_max_backlog
         self.client: aioredis.Redis | None = None
         self.backlog = 0  # the queue's length as Redis last said it
@@ -217,8 +231,10 @@ class Spool:
                             time.monotonic(),
                         )
                     if self.backlog >= self.max_backlog:
+                        self.refused(BACKLOG)
                         return backlogged(self.backlog, self.max_backlog)
                 self.backlog, self.backlog_at = await self.client.lpush(*message), time.monotonic()
             except (redis.RedisError, OSError) as exc:
+                self.refused(REDIS)
                 return unavailable(exc)
         return JSONReply(reply, status_code=status)

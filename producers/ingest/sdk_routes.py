@@ -24,7 +24,7 @@ import logging
 import re
 import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from starlette.routing import Route
 
 from producers.ingest.auth import bearer_ok, same
 from producers.ingest.body import inflate, read_body
+from producers.ingest.metrics import REDIS
 from producers.ingest.replies import RETRY_AFTER_S, JSONReply, group_replies
 from shared.core.domain import ErrorEvent
 from shared.core.errors import PermanentError
@@ -109,6 +110,7 @@ class SdkRoutes:
     sentry_projects: dict[str, str]  # with a map, an id not in it is refused
     limits: SdkLimits
     default_service: str | None
+    refused: Callable[[str], None]  # told the reason of each 503 (the metrics)
 
     def routes(self) -> list[Route]:
         return [
@@ -176,6 +178,7 @@ class SdkRoutes:
         try:
             submitted = await submit(self.intake, events)
         except Unavailable as exc:
+            self.refused(REDIS)
             return unavailable(exc)
         log.info(
             "ingest.sentry",
@@ -298,6 +301,7 @@ class SdkRoutes:
         try:
             submitted = await submit(self.intake, batch.accepted)
         except Unavailable as exc:
+            self.refused(REDIS)
             return unavailable(exc)
         log.info(
             "ingest.otlp",

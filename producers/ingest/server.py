@@ -9,12 +9,14 @@ from collections.abc import Callable, Mapping, Sequence
 from celery import Celery
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.routing import Route
 
 from producers.ingest.deploy_routes import deploy_routes
 from producers.ingest.events import EventsRoute
 from producers.ingest.guard import LOOPBACK_HOSTS, allowed_hosts_for, guard_middleware
+from producers.ingest.metrics import IngestMetrics, RequestCounter
 from producers.ingest.replies import JSONReply
 from producers.ingest.sdk_routes import SdkLimits, SdkRoutes
 from producers.ingest.slack_routes import slack_routes
@@ -28,6 +30,7 @@ from shared.index.store_health import StoreHealth, store_health
 def create_app(
     intake: Intake,
     *,
+    metrics: IngestMetrics,
     token: str | None,
     max_body_bytes: int,
     max_trace_bytes: int,
@@ -47,6 +50,8 @@ def create_app(
     and OTLP logs.
     ``sentry_keys`` None: any DSN key. Requests from other web pages, to other host names, or
     with a body a page can send without a preflight are refused (producers/ingest/guard.py).
+    ``metrics`` (whose ``counted`` the intake reports to) are served at ``GET /metrics``
+    without a token, like the probes (producers/ingest/metrics.py).
     """
     events = EventsRoute(
         intake,
@@ -56,6 +61,7 @@ def create_app(
         default_service=default_service,
         max_records=max_records,
         read_timeout=read_timeout,
+        refused=metrics.refusal,
     )
 
     async def healthz(request: Request) -> JSONReply:
@@ -86,12 +92,17 @@ def create_app(
     if slack_signing_secret:
         slack = slack_routes(intake.app, slack_signing_secret, read_timeout=read_timeout)
     return Starlette(
-        middleware=guard_middleware(allowed_hosts=allowed_hosts, allowed_origins=allowed_origins),
+        middleware=[
+            # Outermost: the guard's refusals are counted too.
+            Middleware(RequestCounter, metrics=metrics),
+            *guard_middleware(allowed_hosts=allowed_hosts, allowed_origins=allowed_origins),
+        ],
         routes=[
             Route("/v1/events", events.handle, methods=["POST"]),
             *deploy_routes(intake.deploys, token=token, read_timeout=read_timeout),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
+            Route("/metrics", metrics.endpoint, methods=["GET"]),
             *SdkRoutes(
                 intake,
                 token=token,
@@ -99,6 +110,7 @@ def create_app(
                 sentry_projects=dict(sentry_projects or {}),
                 limits=limits,
                 default_service=default_service,
+                refused=metrics.refusal,
             ).routes(),
             *slack,
         ],
@@ -124,8 +136,10 @@ def serve(settings: Settings, *, host: str, port: int, service: str | None) -> N
             f"refusing to listen on {host} without TRACEHOUND_INGEST_TOKEN: anyone who can "
             "reach the port could flood the analysis queue"
         )
+    metrics = IngestMetrics(settings.metrics_max_services)
     app = create_app(
-        intake_for(settings, sender_app(settings)),
+        intake_for(settings, sender_app(settings), counted=metrics.counted),
+        metrics=metrics,
         token=token,
         max_body_bytes=settings.ingest_max_body_bytes,
         max_trace_bytes=settings.max_trace_bytes,
