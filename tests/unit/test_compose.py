@@ -11,6 +11,7 @@ import yaml
 from shared.core.queues import ALL_QUEUES, MODEL_QUEUES
 
 COMPOSE = Path(__file__).parents[2] / "docker-compose.yml"
+WORKER_COMMAND = ["tracehound", "worker"]
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +121,46 @@ def test_workers_wait_for_pgvector_under_its_profile_and_start_without_it(
     for name in ("worker-embed", "worker-cpu", "worker-llm", "worker-rerank", "ingest"):
         dep = services[name]["depends_on"]["pgvector"]
         assert dep == {"condition": "service_healthy", "required": False}
+
+
+def test_the_ops_profile_runs_prometheus_with_the_rules_and_grafana_with_the_dashboard(
+    services: dict[str, Any],
+) -> None:
+    """Every mount names a file of the repo at the path the config inside expects, and the
+    scrape config reaches every worker at its metrics port and ingest at its own."""
+    from shared.ops import PROMETHEUS_CONFIG
+
+    prom, grafana = services["prometheus"], services["grafana"]
+    assert prom["profiles"] == grafana["profiles"] == ["ops"]
+    mounts = {}
+    for svc in (prom, grafana):
+        for volume in svc["volumes"]:
+            source, target = volume.split(":")[:2]
+            if source.startswith("./"):
+                assert (COMPOSE.parent / source).exists(), source
+                mounts[target] = COMPOSE.parent / source
+    config_path = option(prom["command"], "--config.file") or next(
+        c.split("=", 1)[1] for c in prom["command"] if c.startswith("--config.file=")
+    )
+    assert mounts[config_path] == COMPOSE.parent / "shared/ops/prometheus.yml"
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    for rules in config["rule_files"]:  # relative to the config, in the container too
+        assert mounts[str(Path(config_path).parent / rules)].exists()
+    # Grafana: provisioning where it looks, and the dashboards where the provider points.
+    provisioning = mounts["/etc/grafana/provisioning"]
+    provider = yaml.safe_load((provisioning / "dashboards/tracehound.yml").read_text())
+    [path] = [p["options"]["path"] for p in provider["providers"]]
+    assert (mounts[path] / "tracehound.json").exists()
+    assert all(p.startswith("127.0.0.1:") for s in (prom, grafana) for p in s["ports"])
+
+    targets = {
+        name: sd["port"]
+        for job in config["scrape_configs"]
+        for sd in job["dns_sd_configs"]
+        for name in sd["names"]
+    }
+    workers = [n for n, s in services.items() if s.get("command", [])[:2] == WORKER_COMMAND]
+    metrics_port = int(services[workers[0]]["environment"]["TRACEHOUND_METRICS_PORT"])
+    assert services[workers[0]]["environment"]["TRACEHOUND_METRICS_HOST"] == "0.0.0.0"
+    assert {w: targets.get(w) for w in workers} == dict.fromkeys(workers, metrics_port)
+    assert targets["ingest"] == int(option(services["ingest"]["command"], "--port") or 0)
