@@ -22,6 +22,7 @@ BACKLOG, REDIS = "backlog", "redis"
 # Route label by path: a fixed set, whatever paths clients send.
 _ROUTES = (
     ("/v1/events", "events"),
+    ("/v1/deploys", "deploys"),
     ("/v1/logs", "otlp_logs"),
     ("/v1/traces", "otlp_traces"),
     ("/slack/", "slack"),
