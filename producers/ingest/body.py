@@ -15,6 +15,12 @@ from shared.intake.batch import BodyError
 async def read_body(request: Request, limit: int, timeout: float = 30.0) -> bytes:
     """The request body, decompressed, refused with 413 once it passes ``limit`` bytes and with
     408 when it has not all arrived within ``timeout`` seconds."""
+    raw = await read_raw(request, limit, timeout)
+    return decoded(raw, request.headers.get("content-encoding", ""), limit)
+
+
+async def read_raw(request: Request, limit: int, timeout: float = 30.0) -> bytes:
+    """The body's bytes as sent (still compressed), bounded as ``read_body`` says."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise BodyError(413, f"body of {declared} bytes exceeds the limit of {limit}")
@@ -28,8 +34,12 @@ async def read_body(request: Request, limit: int, timeout: float = 30.0) -> byte
                 chunks.append(chunk)
     except TimeoutError as exc:
         raise BodyError(408, f"the body did not arrive within {timeout:.0f} s") from exc
-    body = b"".join(chunks)
-    encoding = request.headers.get("content-encoding", "").lower()
+    return b"".join(chunks)
+
+
+def decoded(body: bytes, content_encoding: str, limit: int) -> bytes:
+    """``body`` decompressed as its Content-Encoding says, at most ``limit`` bytes."""
+    encoding = content_encoding.strip().lower()
     if encoding in ("gzip", "x-gzip"):
         return inflate(body, limit, zlib.MAX_WBITS | 16, "gzip")
     if encoding == "deflate":
