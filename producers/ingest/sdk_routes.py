@@ -10,6 +10,10 @@
   bearer token as ``/v1/events``; the reply is an ``ExportLogsServiceResponse`` in the
   request's encoding. ``POST /v1/traces`` likewise, for the exceptions recorded on spans.
 
+With ``TRACEHOUND_SENTRY_UPSTREAM`` set, every Sentry request these routes took (200) is also
+queued as it was sent, in one script call, for the upstream Sentry (upstream.py,
+upstream_queue.py, forwarder.py); the SDK's answer does not wait for the upstream.
+
 Both keep ``/v1/events``'s guarantees: bounded bodies and item counts, gzip/deflate/br bodies,
 503 with Retry-After when Redis is out of reach (SDKs and OTLP exporters retry it), and ids a
 retry repeats (the Sentry ``event_id``; a hash of the OTLP record), counted once by intake.
@@ -36,9 +40,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from producers.ingest.auth import bearer_ok, same
-from producers.ingest.body import inflate, read_body
+from producers.ingest.body import decoded, inflate, read_body, read_raw
 from producers.ingest.metrics import REDIS
 from producers.ingest.replies import RETRY_AFTER_S, JSONReply, group_replies
+from producers.ingest.upstream import Kind, Taken, taken
+from producers.ingest.upstream_queue import UpstreamQueue
 from shared.core.domain import ErrorEvent
 from shared.core.errors import PermanentError
 from shared.groups.submit import Intake, Submitted
@@ -72,11 +78,21 @@ class Unavailable(Exception):
     """Redis out of reach: the client should retry after ``RETRY_AFTER_S``."""
 
 
-async def submit(intake: Intake, events: list[ErrorEvent]) -> list[Submitted]:
-    if not events:
+async def submit(
+    intake: Intake, events: list[ErrorEvent], then: Callable[[], object] | None = None
+) -> list[Submitted]:
+    """Intake takes the events, then ``then`` runs (in the same worker thread)."""
+    if not events and then is None:
         return []
+
+    def take() -> list[Submitted]:
+        submitted = intake.submit_many(events) if events else []
+        if then is not None:
+            then()
+        return submitted
+
     try:
-        return await run_in_threadpool(intake.submit_many, events)
+        return await run_in_threadpool(take)
     except (redis.RedisError, OperationalError, OSError) as exc:
         # A retry repeats the same event ids, so what was counted already counts once.
         log.warning("ingest.unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
@@ -111,6 +127,7 @@ class SdkRoutes:
     limits: SdkLimits
     default_service: str | None
     refused: Callable[[str], None]  # told the reason of each 503 (the metrics)
+    upstream: UpstreamQueue | None = None  # TRACEHOUND_SENTRY_UPSTREAM: taken requests go on
 
     def routes(self) -> list[Route]:
         return [
@@ -173,10 +190,15 @@ class SdkRoutes:
         return found, ""
 
     async def sentry_reply(
-        self, project: str, event_id: str, events: list[ErrorEvent], dropped: Counter[str]
+        self,
+        project: str,
+        event_id: str,
+        events: list[ErrorEvent],
+        dropped: Counter[str],
+        sent: Taken | None = None,
     ) -> JSONReply:
         try:
-            submitted = await submit(self.intake, events)
+            submitted = await submit(self.intake, events, self.forward(sent))
         except Unavailable as exc:
             self.refused(REDIS)
             return unavailable(exc)
@@ -195,13 +217,29 @@ class SdkRoutes:
         body["dropped"] = dict(dropped)
         return JSONReply(body, status_code=200)
 
+    def forward(self, sent: Taken | None) -> Callable[[], object] | None:
+        """Queue a request intake took for the upstream Sentry (one script call). Refused
+        requests are not forwarded: a bad key or project would fill the queue with what the
+        upstream refuses too, and a body over the limit is never kept."""
+        upstream = self.upstream
+        if upstream is None or sent is None:
+            return None
+        return lambda: upstream.push(sent.meta(), sent.body)
+
+    async def read(self, request: Request, kind: Kind) -> tuple[bytes, Taken | None]:
+        """The body decompressed, and the request as sent when it is to be forwarded."""
+        limits = self.limits
+        raw = await read_raw(request, limits.max_body_bytes, limits.read_timeout)
+        body = decoded(raw, request.headers.get("content-encoding", ""), limits.max_body_bytes)
+        return body, taken(request, kind, raw) if self.upstream is not None else None
+
     async def envelope(self, request: Request) -> JSONReply:
         project = request.path_params["project_id"]
         if denied := self.sentry_denied(request):
             return denied
         limits = self.limits
         try:
-            raw = await read_body(request, limits.max_body_bytes, limits.read_timeout)
+            raw, sent = await self.read(request, "envelope")
             env = parse_envelope(raw, max_items=limits.max_records)
         except BodyError as exc:
             return JSONReply({"detail": str(exc)}, status_code=exc.status)
@@ -228,7 +266,7 @@ class SdkRoutes:
                 dropped[f"event ({reason})"] += 1
             else:
                 events.append(found)
-        return await self.sentry_reply(project, env.event_id, events, dropped)
+        return await self.sentry_reply(project, env.event_id, events, dropped, sent)
 
     async def store(self, request: Request) -> JSONReply:
         project = request.path_params["project_id"]
@@ -236,7 +274,7 @@ class SdkRoutes:
             return denied
         limits = self.limits
         try:
-            raw = await read_body(request, limits.max_body_bytes, limits.read_timeout)
+            raw, sent = await self.read(request, "store")
             payload = loads(_store_body(raw, limits.max_body_bytes).decode(errors="replace"), "")
             found, reason = self.sentry_event(payload, project, "")
         except BodyError as exc:
@@ -247,7 +285,7 @@ class SdkRoutes:
         if found is None:
             dropped[f"event ({reason})"] += 1
         event_id = str(payload.get("event_id") or "")
-        return await self.sentry_reply(project, event_id, [found] if found else [], dropped)
+        return await self.sentry_reply(project, event_id, [found] if found else [], dropped, sent)
 
     # --- OTLP --------------------------------------------------------------------------------
 

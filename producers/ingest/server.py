@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
 from celery import Celery
 from starlette.applications import Starlette
@@ -15,11 +16,13 @@ from starlette.routing import Route
 
 from producers.ingest.deploy_routes import deploy_routes
 from producers.ingest.events import EventsRoute
+from producers.ingest.forwarder import ForwarderThread, forwarding
 from producers.ingest.guard import LOOPBACK_HOSTS, allowed_hosts_for, guard_middleware
 from producers.ingest.metrics import IngestMetrics, RequestCounter
 from producers.ingest.replies import JSONReply
 from producers.ingest.sdk_routes import SdkLimits, SdkRoutes
 from producers.ingest.slack_routes import slack_routes
+from producers.ingest.upstream_queue import UpstreamQueue
 from shared.core.errors import PermanentError
 from shared.core.persistence import persistence_warning
 from shared.core.settings import Settings
@@ -43,6 +46,8 @@ def create_app(
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
     allowed_origins: Sequence[str] = (),
     store_check: Callable[[], StoreHealth] | None = None,
+    upstream: UpstreamQueue | None = None,
+    forwarder: ForwarderThread | None = None,
 ) -> Starlette:
     """The ingest ASGI app; ``intake`` redacts, groups and enqueues by task name (no worker
     code is imported). Besides ``/v1/events`` and ``/v1/deploys`` (deploy_routes.py) it serves
@@ -52,6 +57,8 @@ def create_app(
     with a body a page can send without a preflight are refused (producers/ingest/guard.py).
     ``metrics`` (whose ``counted`` the intake reports to) are served at ``GET /metrics``
     without a token, like the probes (producers/ingest/metrics.py).
+    ``upstream``: Sentry requests taken go on to an upstream Sentry, sent by ``forwarder``
+    while the app runs (producers/ingest/forwarder.py).
     """
     events = EventsRoute(
         intake,
@@ -91,7 +98,19 @@ def create_app(
     slack = []
     if slack_signing_secret:
         slack = slack_routes(intake.app, slack_signing_secret, read_timeout=read_timeout)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if forwarder is not None:
+            forwarder.start()
+        try:
+            yield
+        finally:
+            if forwarder is not None:
+                await run_in_threadpool(forwarder.stop)
+
     return Starlette(
+        lifespan=lifespan,
         middleware=[
             # Outermost: the guard's refusals are counted too.
             Middleware(RequestCounter, metrics=metrics),
@@ -111,6 +130,7 @@ def create_app(
                 limits=limits,
                 default_service=default_service,
                 refused=metrics.refusal,
+                upstream=upstream,
             ).routes(),
             *slack,
         ],
@@ -137,6 +157,7 @@ def serve(settings: Settings, *, host: str, port: int, service: str | None) -> N
             "reach the port could flood the analysis queue"
         )
     metrics = IngestMetrics(settings.metrics_max_services)
+    upstream, forwarder = forwarding(settings) or (None, None)
     app = create_app(
         intake_for(settings, sender_app(settings), counted=metrics.counted),
         metrics=metrics,
@@ -156,5 +177,7 @@ def serve(settings: Settings, *, host: str, port: int, service: str | None) -> N
         allowed_hosts=allowed_hosts_for(host, settings.ingest_allowed_hosts),
         allowed_origins=settings.ingest_allowed_origins,
         store_check=lambda: store_health(settings),
+        upstream=upstream,
+        forwarder=forwarder,
     )
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -259,3 +259,11 @@ DEPLOYS_RECENT = f"{PREFIX}deploys:recent"  # sorted set: "service\0id" -> time,
 INFLIGHT = f"{PREFIX}inflight"  # hash: chain root id -> its first message, queue, last id
 INFLIGHT_MISSING = f"{PREFIX}inflight:missing"  # hash: root id -> when no message of it was seen
 INFLIGHT_SWEEP = f"{PREFIX}inflight:sweep"  # SET NX: one sweep per interval across workers
+
+
+# --- forwarding to an upstream Sentry (producers/ingest/upstream_queue.py) --------------------
+
+UPSTREAM_QUEUE = f"{PREFIX}upstream:queue"  # stream: requests waiting for the upstream's 2xx
+UPSTREAM_BYTES = f"{PREFIX}upstream:bytes"  # counter: bytes of the entries in that stream
+UPSTREAM_STATS = f"{PREFIX}upstream:stats"  # hash: queued, delivered, dropped, refused counts
+UPSTREAM_LEASE = f"{PREFIX}upstream:lease"  # SET NX PX: the one ingest process that drains it

@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -312,6 +313,22 @@ class Settings(BaseSettings):
         "or a JSON object); with a map, an id not named in it is refused; without one, an "
         "id is its own service.",
     )
+    sentry_upstream: str | None = Field(
+        None,
+        description="A Sentry (or GlitchTip, Bugsink) that gets every Sentry request tracehound "
+        "took, unchanged, from a queue in Redis after the SDK's answer: a base URL "
+        "(https://sentry.example.com; the SDK's own project id and key go on) or a DSN "
+        "(https://<key>@o1.ingest.sentry.io/42; that project and key instead).",
+    )
+    sentry_upstream_max_bytes: int = Field(
+        100_000_000,
+        ge=100_000,
+        description="Bytes of requests waiting in Redis for the upstream Sentry; past it the "
+        "oldest are dropped (counted and logged). At least TRACEHOUND_INGEST_MAX_BODY_BYTES.",
+    )
+    sentry_upstream_timeout: float = Field(
+        10.0, gt=0, description="Seconds: timeout of every request to the upstream Sentry."
+    )
 
     # --- grouping, dedup, safety ---
     group_window: float = Field(
@@ -523,6 +540,19 @@ class Settings(BaseSettings):
             projects[project.strip()] = target.strip()
         return projects
 
+    @field_validator("sentry_upstream")
+    @classmethod
+    def _check_upstream(cls, value: str | None) -> str | None:
+        """An http(s) URL with a host; a DSN (a key before the host) ends in its project id."""
+        if not value:
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("TRACEHOUND_SENTRY_UPSTREAM: an http(s) URL or DSN with a host")
+        if parts.username and not parts.path.rstrip("/").rpartition("/")[2]:
+            raise ValueError("TRACEHOUND_SENTRY_UPSTREAM: a DSN ends in its project id")
+        return value.strip()
+
     @property
     def sentry_key_values(self) -> list[str] | None:
         """The keys a Sentry SDK may authenticate with: none with an ingest token and no key
@@ -537,6 +567,11 @@ class Settings(BaseSettings):
             raise ValueError("chunk_overlap must be smaller than chunk_lines")
         if self.slack_bot_token and not self.slack_channel:
             raise ValueError("TRACEHOUND_SLACK_BOT_TOKEN needs TRACEHOUND_SLACK_CHANNEL")
+        if self.sentry_upstream and self.sentry_upstream_max_bytes < self.ingest_max_body_bytes:
+            raise ValueError(
+                "TRACEHOUND_SENTRY_UPSTREAM_MAX_BYTES must hold one request of "
+                "TRACEHOUND_INGEST_MAX_BODY_BYTES"
+            )
         if self.rerank_backend != "none" and not self.rerank_url:
             raise ValueError(f"rerank backend {self.rerank_backend!r} needs TRACEHOUND_RERANK_URL")
         return self
