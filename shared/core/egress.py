@@ -17,8 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 from shared.core.settings import Settings
 
-# Settings naming a destination; each is read by destinations() below. Upstream Sentry
-# forwarding, when it exists, is one field here and one ``_url(...)`` line there.
+# Settings naming a destination; each is read by destinations() below.
 OUTBOUND: frozenset[str] = frozenset(
     {
         "redis_url",
@@ -31,6 +30,7 @@ OUTBOUND: frozenset[str] = frozenset(
         "slack_base_url",
         "slack_webhook_url",
         "routing",  # its rules may name webhooks: the caller reads them (see destinations)
+        "sentry_upstream",
     }
 )
 
@@ -42,6 +42,8 @@ NOT_OUTBOUND: dict[str, str] = {
     "ingest_allowed_hosts": "Host headers ingest answers to (inbound)",
     "ingest_allowed_origins": "web pages that may send to ingest (inbound)",
     "repo_url_template": "links written into messages; never fetched",
+    "sentry_upstream_max_bytes": "the forwarding queue's bound (sentry_upstream is the address)",
+    "sentry_upstream_timeout": "the forwarding request's timeout",
 }
 
 DEFAULT_PORTS = {
@@ -180,6 +182,7 @@ def destinations(settings: Settings, *, webhooks: Iterable[str] = ()) -> list[De
         out.append(_url("slack-webhook", hook, _env("slack_webhook_url"), "incoming webhook"))
     for hook in webhooks:
         out.append(_url("slack-webhook", hook, _env("routing"), "a routing rule's webhook"))
-    # Upstream Sentry forwarding (TRACEHOUND_SENTRY_UPSTREAM, a DSN or base URL) goes here:
-    # if s.sentry_upstream: out.append(_url("sentry-upstream", s.sentry_upstream, ...))
+    if s.sentry_upstream:  # a DSN's key is userinfo: _url keeps host and port only
+        purpose = "upstream Sentry: every Sentry request ingest took, forwarded"
+        out.append(_url("sentry-upstream", s.sentry_upstream, _env("sentry_upstream"), purpose))
     return list(dict.fromkeys(out))

@@ -48,11 +48,11 @@ def test_every_setting_that_names_an_address_is_classified() -> None:
 
 
 def test_a_new_address_setting_left_unclassified_is_caught() -> None:
-    class WithUpstream(Settings):
-        sentry_upstream: str | None = Field(None, description="Upstream Sentry DSN.")
+    class WithMore(Settings):
+        relay_dsn: str | None = Field(None, description="A Sentry relay's DSN.")
         proxy_for_models: str = Field("http://proxy:3128", description="A proxy.")
 
-    assert unclassified(WithUpstream) == {"sentry_upstream", "proxy_for_models"}
+    assert unclassified(WithMore) == {"relay_dsn", "proxy_for_models"}
 
 
 def test_a_fresh_install_contacts_only_its_loopback_services() -> None:
@@ -81,6 +81,7 @@ CASES: dict[str, dict[str, Any]] = {
         "slack_base_url": "https://slack.gov.example/api/",
     },
     "slack_webhook_url": {"slack_webhook_url": "https://hooks.slack.com/services/T/B/x"},
+    "sentry_upstream": {"sentry_upstream": "https://0123abcd@o1.ingest.sentry.io/4507"},
 }
 EXPECTED = {
     "redis_url": "redis://cache.internal:6390",
@@ -92,6 +93,7 @@ EXPECTED = {
     "rerank_url": "http://rerank.lan:8080",
     "slack_base_url": "https://slack.gov.example:443",
     "slack_webhook_url": "https://hooks.slack.com:443",
+    "sentry_upstream": "https://o1.ingest.sentry.io:443",
 }
 
 
