@@ -621,7 +621,8 @@ def deploy(
         try:
             found = range_commits(repo_dir, commits)
         except GitUnavailable as exc:
-            err.print(f"[red]error:[/red] --range {commits!r} in {repo_dir}: {exc}", markup=True)
+            say = f"error: --range {commits!r} in {repo_dir}: {exc}"  # git's words: not markup
+            err.print(say, highlight=False, markup=False)
             raise typer.Exit(2) from exc
         if found.note:
             err.print(f"warning: {found.note}", highlight=False, markup=False)

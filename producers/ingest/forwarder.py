@@ -39,7 +39,10 @@ from shared.core.settings import Settings
 
 log = logging.getLogger(__name__)
 
-SENDERS = 4  # requests in flight to the upstream at once
+# Requests in flight to the upstream at once: a round sends this many and waits for them all,
+# so throughput is about SENDERS / the upstream's latency (at 50 ms: 71 requests/s with 4,
+# 222 with 16, measured against a loopback server that sleeps 50 ms per request).
+SENDERS = 16
 DEFAULT_RATE_LIMIT_S = 60.0  # a 429 without a usable header: what the SDKs wait
 MAX_WAIT_S = 3600.0  # an upstream's Retry-After is honoured up to an hour
 MIN_WAIT_S = 1.0  # the shortest pause after an answer that keeps the entry
