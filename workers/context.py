@@ -241,6 +241,7 @@ class Clients:
                 language=s.language,
                 claim_ttl_s=queues.TIME_LIMITS[queues.NOTIFY] + 30,
                 actions=s.slack_actions,
+                memory_days=s.memory_days if s.memory else 0,
             ),
             reply_later=self._reply_later,
             on_fallback=metrics.fallback,

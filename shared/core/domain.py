@@ -461,6 +461,49 @@ class DeployNote(Frozen):
     suspects_out: tuple[str, ...] = ()  # suspect commits it did not (older ones)
 
 
+_SLACK_USER = re.compile(r"^[UW][A-Z0-9]{2,20}$")
+
+
+class Recalled(Frozen):
+    """A group analysed before whose error reads like this one's (shared/groups/memory.py).
+    Its fields come from Redis and Slack: each is checked or clipped here, and escaped where
+    shown."""
+
+    fingerprint: str
+    score: float
+    title: str
+    service: str = ""
+    repo: str = ""
+    first_seen_ms: int = 0
+    file: str = ""  # the file on-call confirmed for it ("" when none was)
+    resolved_by: str = ""  # a Slack user id, or ""
+    resolved_at_ms: int = 0
+    commit: str = ""  # the commit its repo's index held when it was resolved
+    link: str = ""  # its message's permalink (https), when Slack gave one
+
+    @field_validator("title", "service", "repo", "file")
+    @classmethod
+    def _clip(cls, value: str) -> str:
+        return one_line(value, 300)
+
+    @field_validator("resolved_by")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        return value if _SLACK_USER.match(value) else ""
+
+    @field_validator("commit")
+    @classmethod
+    def _commit(cls, value: str) -> str:
+        value = value.strip().lower()
+        return value if _SHA.match(value) else ""
+
+    @field_validator("link")
+    @classmethod
+    def _link(cls, value: str) -> str:
+        ok = value.startswith("https://") and len(value) <= 500 and not _CONTROL.search(value)
+        return value if ok and " " not in value else ""
+
+
 class Investigation(Frozen):
     """The payload that travels down the analysis chain, growing one stage at a time."""
 
@@ -473,6 +516,7 @@ class Investigation(Frozen):
     query: str = ""
     query_frames: tuple[Frame, ...] = ()  # the frames the query names (the trace's, not parsed)
     query_vector: list[float] | None = None
+    memory_vector: list[float] | None = None  # the error's signature (shared/groups/memory.py)
     candidates: list[Candidate] = Field(default_factory=list)
     evidence: Evidence | None = None
     analysis: Analysis | None = None
@@ -484,6 +528,8 @@ class Investigation(Frozen):
     history: list[CitedHistory] = Field(default_factory=list)
     # Filled before delivery from the recorded deploys (shared/groups/deploys.py).
     deploy: DeployNote | None = None
+    # Filled by retrieve: the group analysed before that this one reads like.
+    recalled: Recalled | None = None
 
     def visited(self, stage: str, queue: str, worker: str) -> Investigation:
         return self.model_copy(

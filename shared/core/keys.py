@@ -199,6 +199,18 @@ def action_done(action_key: str) -> str:
 FEEDBACK = f"{PREFIX}feedback"  # hash: fingerprint -> the labelled case (JSON, eval's format)
 
 
+# --- incident memory (shared/groups/memory.py) ------------------------------------------------
+
+
+def memory(fingerprint: str) -> str:
+    """Hash: what a later message says of a delivered group (title, service, repo, summary,
+    file, first seen, message; resolved by, at, commit, link)."""
+    return f"{PREFIX}memory:{fingerprint}"
+
+
+MEMORY_VECTORS = f"{PREFIX}memory-vectors"  # sorted set: fingerprint -> when its vector was kept
+
+
 # --- incidents and the deferred backlog (shared/groups/incidents.py, deferred.py) ------------
 
 INCIDENT_SEQ = f"{PREFIX}incident:seq"

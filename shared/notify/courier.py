@@ -44,6 +44,7 @@ class DeliveryPolicy:
     # still be taking it), then posted again only if it is not in the channel.
     claim_settle_s: float = 10.0
     actions: bool = False  # buttons on the message (a Slack app receives them)
+    memory_days: int = 0  # delivered groups are remembered this long (0: not at all)
 
 
 @dataclass

@@ -28,7 +28,7 @@ import redis
 from shared.core import keys
 from shared.core.domain import Investigation, Notification, Posted
 from shared.core.errors import PermanentError
-from shared.groups import incidents, triage
+from shared.groups import incidents, memory, triage
 from shared.notify import actions, claims
 from shared.notify.compose import dressed, message_options
 from shared.notify.courier import Courier, Target, pace_key, release, take_slot, target
@@ -202,6 +202,9 @@ def _record(
             ex=NOTIFIED_TTL * 4,
         )
         remember_case(c.r, group.fingerprint, inv)
+        if c.policy.memory_days:  # what a later group that reads like this one will say
+            memory.remember(c.r, inv, channel=delivery.channel, ts=delivery.ts,
+                            ttl_s=c.policy.memory_days * 86400)  # fmt: skip
         if inv.revises is None:  # a new message: the last one's "who did what" is not its
             c.r.delete(keys.group_activity(group.fingerprint))
     return _keep_result(inv, c, guard, delivery, text, blocks)

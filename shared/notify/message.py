@@ -120,7 +120,19 @@ def _link(path: str, start: int, end: int, repo: str, template: str | None) -> s
     return f"<{escape(url).replace('|', '%7C')}|{escape(label).replace('|', '¦')}>"
 
 
-def _files_text(inv: Investigation, template: str | None) -> str:
+def memory_file(inv: Investigation) -> str:
+    """The file on-call confirmed for the group this one reads like, when it is of the same
+    repo and not among the files shown already; else ""."""
+    found = inv.recalled
+    if found is None or not found.file or found.repo != inv.event.repo:
+        return ""
+    a = inv.analysis
+    shown = [f.path for f in a.relevant_files] if a and a.relevant_files else []
+    shown = shown or [c.path for c in inv.candidates]
+    return "" if found.file in shown else found.file
+
+
+def _files_text(inv: Investigation, template: str | None, language: str = "en") -> str:
     a: Analysis | None = inv.analysis
     repo = inv.event.repo
     lines = []
@@ -132,6 +144,9 @@ def _files_text(inv: Investigation, template: str | None) -> str:
         for c in inv.candidates[:8]:
             best = c.chunks[0]
             lines.append(f"• {_link(c.path, best.start_line, best.end_line, repo, template)}")
+    if remembered := memory_file(inv):
+        path = escape(remembered).replace("`", "'")  # a backtick would end the code span
+        lines.append(f"• `{path}` — _{phrase(language, 'memory_file')}_")
     return "\n".join(lines)
 
 
@@ -307,6 +322,39 @@ def _deploy_blocks(inv: Investigation, language: str) -> list[dict[str, Any]]:
     return [_section(f"*{phrase(language, 'deploy')}:* {deployed}")] if deployed else []
 
 
+def memory_text(inv: Investigation, language: str = "en", *, mrkdwn: bool = True) -> str:
+    """``looks like `shop: KeyError: sku` (first seen 2026-05-01 09:12 UTC) — resolved by
+    @ana on 2026-05-02 10:00 UTC, code `a1b2c3d`, thread`` (remembered fields are from
+    outside: escaped, clipped; the user id and link were checked when read)."""
+    found = inv.recalled
+    if found is None:
+        return ""
+
+    def code(text: str) -> str:
+        quoted = escape(text).replace("`", "'")  # a backtick would end the code span
+        return f"`{quoted}`" if mrkdwn else text
+
+    when = _when(found.first_seen_ms) if found.first_seen_ms else "?"
+    text = phrase(language, "memory_like", title=code(_clip(found.title, 150)), when=when)
+    if not found.resolved_by:
+        return f"{text} — {phrase(language, 'memory_open')}"
+    who = f"<@{found.resolved_by}>" if mrkdwn else found.resolved_by
+    done = [phrase(language, "memory_resolved", who=who, when=_when(found.resolved_at_ms))]
+    if found.commit:
+        done.append(phrase(language, "memory_commit", commit=code(found.commit[:7])))
+    if found.link:
+        label = phrase(language, "memory_thread")
+        done.append(f"<{escape(found.link).replace('|', '%7C')}|{label}>" if mrkdwn else found.link)
+    return f"{text} — " + ", ".join(done)
+
+
+def _memory_blocks(inv: Investigation, language: str) -> list[dict[str, Any]]:
+    said = memory_text(inv, language)
+    block = {"type": "section", "block_id": "th-memory"}
+    text = {"type": "mrkdwn", "text": _clip(f"*{phrase(language, 'memory')}:* {said}", 2000)}
+    return [{**block, "text": text}] if said else []
+
+
 def _history_context(inv: Investigation) -> str:
     v = inv.code_version
     if v is None:
@@ -358,6 +406,7 @@ def build_message(
         # In a code block: text from logs renders literally (*bold*, _italic_, ~strike~ too).
         blocks.append(_code_section(say("error"), _clip(ev.message, 500)))
     blocks += _deploy_blocks(inv, opts.language)
+    blocks += _memory_blocks(inv, opts.language)
     if a is not None:
         blocks.append(_section(f"*{say('summary')}:* {escape(a.summary)}"))
         if a.hypotheses:
@@ -374,7 +423,7 @@ def build_message(
             blocks.append(_section(f"*{say('leads' if weak else 'causes')}:*\n{hyp}"))
         if a.suggested_fix:
             blocks.append(_section(f"*{say('fix')}:* {escape(a.suggested_fix)}"))
-    files = _files_text(inv, opts.repo_url_template)
+    files = _files_text(inv, opts.repo_url_template, opts.language)
     if not files:
         blocks.append(_section(f"*{say('files')}:* {say('no_code')}"))
     elif weak:
@@ -426,6 +475,8 @@ def _fallback_text(inv: Investigation, weak: bool, language: str = "en") -> str:
         parts.append(f"{say('error')}: {_clip(ev.message, 300)}")
     if deployed := deploy_text(inv, language, mrkdwn=False):
         parts.append(f"{say('deploy')}: {deployed}")
+    if remembered := memory_text(inv, language, mrkdwn=False):
+        parts.append(f"{say('memory')}: {remembered}")
     if a is not None:
         parts.append(f"{say('summary')}: {a.summary}")
         for i, h in enumerate(a.hypotheses[:3], start=1):
@@ -439,6 +490,8 @@ def _fallback_text(inv: Investigation, weak: bool, language: str = "en") -> str:
         if a.degraded:
             parts.append(f"{say('note')}: {say('degraded_short', reason=a.degraded_reason)}")
     files = top_files(inv)
+    if extra := memory_file(inv):
+        files = [*files, f"{extra} ({say('memory_file')})"]
     if not files:
         parts.append(f"{say('files_short')}: {say('no_code_short')}")
     elif weak:

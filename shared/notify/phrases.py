@@ -59,6 +59,13 @@ PHRASES: dict[str, dict[str, str]] = {
         "span_min": "{m} min",
         "span_hours": "{h} h {m} min",
         "span_days": "{d} d {h} h",
+        "memory": "Seen before",
+        "memory_like": "looks like {title} (first seen {when})",
+        "memory_resolved": "resolved by {who} on {when}",
+        "memory_commit": "code {commit}",
+        "memory_thread": "thread",
+        "memory_open": "not resolved yet",
+        "memory_file": "from memory: the file confirmed for that group",
     },
     "ko": {
         "error": "오류",
@@ -111,6 +118,13 @@ PHRASES: dict[str, dict[str, str]] = {
         "span_min": "{m}분",
         "span_hours": "{h}시간 {m}분",
         "span_days": "{d}일 {h}시간",
+        "memory": "이전 사례",
+        "memory_like": "{title}와(과) 같은 오류로 보입니다 (최초 {when})",
+        "memory_resolved": "{who}님이 {when}에 해결",
+        "memory_commit": "코드 {commit}",
+        "memory_thread": "스레드",
+        "memory_open": "아직 해결되지 않음",
+        "memory_file": "이전 사례: 그 그룹에서 확인된 파일",
     },
 }
 

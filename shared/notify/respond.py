@@ -21,7 +21,7 @@ import redis
 from shared.core import keys
 from shared.core.domain import GroupRef, Investigation, Posted
 from shared.core.errors import PermanentError
-from shared.groups import triage
+from shared.groups import memory, triage
 from shared.groups.store import GroupStore
 from shared.notify import actions, feedback
 from shared.notify.actions import Action, mention
@@ -106,6 +106,9 @@ def respond(action: Action, rs: Responder) -> str:
             resolved = triage.Resolved(action.user, now, action.channel, action.message_ts, link)
             triage.resolve(rs.r, fp, resolved)
             rs.r.hdel(keys.group_activity(fp), "mute")
+            # For a later group that reads like this one: who, the code it was resolved at.
+            commit = rs.code_version(case.event.repo) if case else None
+            memory.note_resolved(rs.r, fp, by=action.user, at_ms=now, commit=commit, link=link)
         kind, line = "resolve", f":heavy_check_mark: Resolved by {who} on {_utc(now)}"
     elif action.kind == actions.ANALYZE_AGAIN:
         if case is None:

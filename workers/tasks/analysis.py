@@ -26,10 +26,12 @@ from shared.core.domain import (
     Evidence,
     Fallback,
     Investigation,
+    Recalled,
 )
 from shared.core.errors import PermanentError, TracehoundError, TransientError
 from shared.core.pipeline import notify_step
 from shared.groups.deploys import with_deploy
+from shared.groups.memory import keep, recall, signature
 from shared.intake.trace import with_trace
 from shared.models.reranker import RerankRefused, rerank_candidates
 from shared.notify.claims import ClaimHeld
@@ -73,9 +75,18 @@ def embed_query(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         # (a caller of enqueue_error) is redacted and read here, before any model sees it.
         inv = inv.model_copy(update={"event": with_trace(ctx.redactor.redact_event(inv.event))})
     query = compose_query(inv.event)
+    # The error's signature rides in the same call (the embed model is loaded now; a call of
+    # its own on the retrieve or notify worker would take the model host from the others).
+    texts = [query.text]
+    if ctx.settings.memory and inv.group is not None and (sig := signature(inv.event)):
+        texts.append(sig)
     vector: list[float] | None = None
+    memory_vector: list[float] | None = None
     try:
-        [vector] = ctx.query_embedder.embed([ctx.settings.embed_query_prefix + query.text])
+        vector, *more = ctx.query_embedder.embed(
+            [ctx.settings.embed_query_prefix + t for t in texts]
+        )
+        memory_vector = more[0] if more else None
     except TransientError as exc:
         if attempts_left(self):
             raise retry(self, exc) from exc
@@ -84,7 +95,12 @@ def embed_query(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
     except PermanentError as exc:
         inv = inv.fell_back(Fallback.EMBED_HOST, f"{EMBED_FAILED} ({exc}); keyword search only")
         metrics.fallback("embed_query")
-    update = {"query": query.text, "query_frames": query.frames, "query_vector": vector}
+    update = {
+        "query": query.text,
+        "query_frames": query.frames,
+        "query_vector": vector,
+        "memory_vector": memory_vector,
+    }
     return inv.model_copy(update=update).model_dump(mode="json")
 
 
@@ -114,6 +130,8 @@ def retrieve(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         metrics.fallback("retrieve")
     inv = inv.model_copy(
         update={
+            "recalled": _recall(inv, ctx),
+            "memory_vector": None,
             # Secrets in the code stay here: the reranker, the LLM and Slack get it redacted.
             "candidates": ctx.redactor.redact_candidates(found.candidates),
             "evidence": Evidence(own_frames=found.own_frames),
@@ -122,6 +140,27 @@ def retrieve(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
         }
     )
     return inv.model_dump(mode="json")
+
+
+def _recall(inv: Investigation, ctx: context.Clients) -> Recalled | None:
+    """The group analysed before that this one reads like, and this group's vector kept for
+    later ones: here, where the vector store is at hand. It only adds a line to the
+    message, so whatever fails (the store, Redis) is logged and the line dropped."""
+    if inv.memory_vector is None or inv.group is None:
+        return None
+    fp = inv.group.fingerprint
+    try:
+        found = recall(ctx.vectors, ctx.redis, inv.memory_vector, fingerprint=fp,
+                       threshold=ctx.settings.memory_threshold)  # fmt: skip
+        keep(ctx.vectors, ctx.redis, fp, inv.memory_vector, signature(inv.event),
+             ttl_s=ctx.settings.memory_days * 86400)  # fmt: skip
+    except Exception as exc:
+        log.warning("memory.failed", extra={"event_id": inv.event.id, "error": str(exc)[:300]})
+        metrics.fallback("memory")
+        return None
+    if found is not None:
+        log.info("memory.recalled", extra={"event_id": inv.event.id, "score": found.score})
+    return found
 
 
 @app.task(**task_options(q.RERANK))
