@@ -70,7 +70,11 @@ def _pgvector(url: str | None) -> StoreHealth:
                 else None
             )
             repos = (
-                conn.execute("SELECT count(*) FROM th_repos").fetchone()
+                # Indexed repos only: incident memory's vectors (shared/groups/memory.py) sit
+                # under a name with a line break, which no repo's name has.
+                conn.execute(
+                    "SELECT count(*) FROM th_repos WHERE strpos(repo, chr(10)) = 0"
+                ).fetchone()
                 if version and version[0]
                 else (0,)
             )
