@@ -774,6 +774,15 @@ def eval_(
             "stores' approximate indexes on the same cases and embeddings.",
         ),
     ] = "memory",
+    explain: Annotated[
+        str | None,
+        typer.Option(
+            "--explain",
+            help="A case id: print its first candidate files with every feature a learned "
+            "ranker sees, and (with the eval extra) the scores of the ranker fit on the other "
+            "repositories' cases.",
+        ),
+    ] = None,
 ) -> None:
     """Measure retrieval on bug-localization cases: file-level Recall@1/3/5/10 and MRR per mode."""
     from shared.devtools.eval_command import EvalOptions, run_eval_command
@@ -791,6 +800,7 @@ def eval_(
         cache_dir=cache_dir,
         cv=cv,
         vector_store=vector_store,
+        explain=explain,
     )
     raise typer.Exit(run_eval_command(load_settings(), options, out=out, err=err))
 

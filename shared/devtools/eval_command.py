@@ -44,6 +44,10 @@ from shared.devtools.eval import (
     run_eval,
 )
 from shared.devtools.feedback_eval import run_feedback_eval
+from shared.devtools.ranker import CaseRows, case_rows
+from shared.devtools.ranker import explain as ranker_explain
+from shared.devtools.ranker import fit as ranker_fit
+from shared.devtools.ranker import leave_one_repo_out as ranker_cv
 from shared.index.corpus import RedisCorpus
 from shared.index.vectors import open_vector_store
 from shared.models.embedder import OllamaEmbedder
@@ -68,6 +72,7 @@ class EvalOptions:
     cache_dir: Path | None
     cv: str | None
     vector_store: str = "memory"  # or chroma, pgvector: the vector signal from that store
+    explain: str | None = None  # a case id: its candidates' features and scores
 
 
 def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err: Console) -> int:
@@ -96,6 +101,8 @@ def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err
         repeated = sorted(i for i, n in counted.items() if n > 1)
         if repeated:
             raise ValueError(f"case ids in more than one place: {', '.join(repeated)}")
+        if opts.explain and opts.explain not in counted:
+            raise ValueError(f"--explain {opts.explain!r}: no such case among --cases")
         emb = make_embedder(opts.embedder, max_seq_length=opts.max_seq_length)
     except (OSError, ValueError, PermanentError) as exc:
         err.print(f"[red]error:[/red] {exc}")
@@ -103,7 +110,7 @@ def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err
     if opts.cv not in (None, "repo"):
         err.print(f"[red]--cv {opts.cv}: only 'repo' (leave one repository out) is known")
         return 2
-    if opts.cv and "all" not in wanted:
+    if (opts.cv or opts.explain) and "all" not in wanted:
         wanted.append("all")  # the signals the cross-validation re-fuses come from it
     collector = Collector(followup=any(m.endswith(FOLLOWUP_SUFFIX) for m in wanted))
     if opts.vector_store not in ("memory", "chroma", "pgvector"):
@@ -128,7 +135,7 @@ def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err
             prior=PathPrior.from_settings(settings),
             shown=settings.top_k,
             on_event=lambda msg: err.print(msg, highlight=False),
-            on_case=collector if opts.cv else None,
+            on_case=collector if opts.cv or opts.explain else None,
             collect_depth=max(*DEPTHS, settings.candidate_depth),
             collect_caps=SYMBOL_CAPS,
             followup_rounds=settings.analysis_rounds,
@@ -141,9 +148,48 @@ def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err
     finally:
         cache.close()
     _print_report(report, None if opts.cv else opts.json_out, out=out, err=err)
-    if opts.cv:
-        _print_cv(settings, collector, report.to_json(), opts.json_out, out=out, err=err)
+    _print_after(settings, opts, collector, report.to_json(), out=out, err=err)
     return 0
+
+
+def _print_after(
+    settings: Settings,
+    opts: EvalOptions,
+    collector: Collector,
+    summary: dict[str, Any],
+    *,
+    out: Console,
+    err: Console,
+) -> None:
+    """What the collected signals show: the cross-validation, one case explained."""
+    if opts.cv:
+        _print_cv(settings, collector, summary, opts.json_out, out=out, err=err)
+    if opts.explain:
+        _print_explain(settings, collector, opts.explain, out=out, err=err)
+
+
+def _ranker_rows(settings: Settings, collector: Collector) -> list[CaseRows]:
+    base = Fusion(rrf_k=settings.rrf_k)
+    prior = PathPrior(settings.demote_paths, settings.demote_weight)
+    return case_rows(collector.cases, base, prior, settings.candidate_depth)
+
+
+def _print_explain(
+    settings: Settings, collector: Collector, case_id: str, *, out: Console, err: Console
+) -> None:
+    """The case's first candidates with their features; with scikit-learn (the eval extra),
+    scored by the ranker fit on the other repositories' cases (as its fold would)."""
+    rows = _ranker_rows(settings, collector)
+    [row] = [r for r in rows if r.case_id == case_id]
+    model = None
+    others = [r for r in rows if r.repo != row.repo]
+    try:
+        model = ranker_fit(others) if others else None
+    except ImportError:
+        err.print("no scikit-learn (the eval extra): features only, no learned scores")
+    except ValueError as exc:
+        err.print(f"no learned scores: {exc}", highlight=False, markup=False)
+    out.print(ranker_explain(model, row))
 
 
 def _eval_feedback(
@@ -222,7 +268,14 @@ def _print_cv(
         collector.cases, base, settings.demote_paths, settings.demote_weight,
         settings.candidate_depth,
     )  # fmt: skip
-    out.print(render_cv(crossed))
+    rows = list(crossed.rows)
+    try:
+        learned = ranker_cv(_ranker_rows(settings, collector))
+    except ImportError:
+        err.print("the learned ranker needs scikit-learn (the eval extra): not scored")
+    else:
+        rows += learned.rows()
+    out.print(render_cv(crossed, rows))
     out.print(f"chosen on every case: {crossed.in_sample.label()}", highlight=False)
     out.print(render_repos(crossed))
     for repo, chosen in crossed.chosen.items():

@@ -1,0 +1,196 @@
+"""A learned ranker over every signal (shared/retrieve/features.py), measured by
+leave-one-repo-out beside today's rank fusion.
+
+The plan, fixed before any of its figures was seen (benchmarks/cases/README.md, *Learned
+ranker*):
+
+- Candidates: the fusion's first ``TOP`` files of each case, with the default constants
+  (``TRACEHOUND_CANDIDATE_DEPTH``, the symbol cap, the path prior); the ranker reorders them
+  and the files past ``TOP`` keep the fusion's order after them.
+- Model: scikit-learn's ``LogisticRegression`` (``C``, ``class_weight="balanced"``) on
+  standardised features; a file's score is the model's log-odds that the fix changed it.
+- Each fold holds out one repository: fit on the other repositories' cases, rank its own.
+- Beside it, in the same table: the fusion with the defaults (in-sample), the fusion
+  cross-validated (crossval.py), and each signal alone.
+- Decision: it may become the default only if, held out, it beats the cross-validated fusion on
+  the mean of Recall@1/3/5/10 and MRR (crossval's ``RULE``) with Recall@5 not below it.
+
+scikit-learn is needed to train only (the ``eval`` extra); a trained model is a few numbers
+(``LinearModel``), scored without it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.devtools.crossval import Metrics, Retrieved1, _mean, _metrics
+from shared.retrieve.features import FEATURES, FileFeatures, file_features
+from shared.retrieve.hybrid import Fusion, fuse
+from shared.retrieve.keywords import MAX_DEFINITIONS
+
+TOP = 30
+C = 1.0
+
+
+@dataclass(frozen=True)
+class CaseRows:
+    """One case's candidates as the ranker sees them."""
+
+    repo: str
+    case_id: str
+    gold: tuple[str, ...]
+    files: list[FileFeatures]  # the fusion's first TOP, in its order
+    rest: list[str]  # the fusion's files after them
+
+    def labels(self) -> list[int]:
+        return [int(f.path in self.gold) for f in self.files]
+
+
+@dataclass(frozen=True)
+class LinearModel:
+    """Standardise, then a dot product: what a trained logistic regression scores with."""
+
+    features: tuple[str, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    coef: tuple[float, ...]
+    intercept: float
+
+    def score(self, values: Sequence[float]) -> float:
+        return self.intercept + sum(
+            c * (v - m) / s
+            for c, v, m, s in zip(self.coef, values, self.mean, self.scale, strict=True)
+        )
+
+    def contributions(self, values: Sequence[float]) -> list[float]:
+        """Each feature's share of the score (its standardised value times its weight)."""
+        return [
+            c * (v - m) / s
+            for c, v, m, s in zip(self.coef, values, self.mean, self.scale, strict=True)
+        ]
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, indent=1)
+
+    @classmethod
+    def load(cls, path: Path) -> LinearModel:
+        raw = json.loads(path.read_text("utf-8"))
+        model = cls(
+            tuple(raw["features"]),
+            tuple(raw["mean"]),
+            tuple(raw["scale"]),
+            tuple(raw["coef"]),
+            float(raw["intercept"]),
+        )
+        if model.features != FEATURES:
+            raise ValueError(f"{path}: trained on other features than shared/retrieve/features")
+        return model
+
+
+def case_rows(
+    cases: Sequence[Retrieved1],
+    fusion: Fusion,
+    prior: Callable[[str], float] | None,
+    depth: int,
+    cap: int = MAX_DEFINITIONS,
+) -> list[CaseRows]:
+    out = []
+    for c in cases:
+        rankings = c.at(depth, cap)
+        files = file_features(rankings, c.case.query, fusion, prior, top=TOP)
+        kept = {f.path for f in files}
+        rest = [cand.path for cand in fuse(rankings, fusion, prior) if cand.path not in kept]
+        out.append(CaseRows(c.repo, c.case.id, c.case.gold, files, rest))
+    return out
+
+
+def fit(rows: Sequence[CaseRows], c: float = C) -> LinearModel:
+    """A logistic regression on every candidate of ``rows`` (the fix's files positive)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    x = [f.values for r in rows for f in r.files]
+    y = [label for r in rows for label in r.labels()]
+    if len(set(y)) < 2:
+        raise ValueError("the training cases need fix files among their candidates and others")
+    scaler = StandardScaler().fit(x)
+    scale = [float(s) if s > 0 else 1.0 for s in scaler.scale_]
+    mean = [float(m) for m in scaler.mean_]
+    model = LogisticRegression(C=c, class_weight="balanced", max_iter=2000)
+    model.fit([[(v - m) / s for v, m, s in zip(row, mean, scale, strict=True)] for row in x], y)
+    return LinearModel(
+        FEATURES,
+        tuple(mean),
+        tuple(float(s) for s in scale),
+        tuple(float(w) for w in model.coef_[0]),
+        float(model.intercept_[0]),
+    )
+
+
+def ranked(model: LinearModel, row: CaseRows) -> list[str]:
+    """The case's files as the model orders its candidates (ties keep the fusion's order)."""
+    scored = sorted(range(len(row.files)), key=lambda i: (-model.score(row.files[i].values), i))
+    return [row.files[i].path for i in scored] + row.rest
+
+
+@dataclass(frozen=True)
+class RankerCv:
+    held_out: list[Metrics]  # each case's, ranked by the model fit without its repository
+    in_sample: list[Metrics]  # each case's, ranked by the model fit on every case
+    model: LinearModel  # fit on every case
+
+    def rows(self) -> list[tuple[str, Metrics]]:
+        return [
+            ("learned ranker, in-sample", _mean(self.in_sample)),
+            ("learned ranker, cross-validated: leave one repo out", _mean(self.held_out)),
+        ]
+
+
+def leave_one_repo_out(rows: Sequence[CaseRows], c: float = C) -> RankerCv:
+    repos = sorted({r.repo for r in rows})
+    held: dict[int, Metrics] = {}
+    for repo in repos:
+        model = fit([r for r in rows if r.repo != repo], c)
+        for j, r in enumerate(rows):
+            if r.repo == repo:
+                held[j] = _metrics(ranked(model, r), r.gold)
+    every = fit(rows, c)
+    return RankerCv(
+        [held[j] for j in range(len(rows))],
+        [_metrics(ranked(every, r), r.gold) for r in rows],
+        every,
+    )
+
+
+def explain(model: LinearModel | None, row: CaseRows, shown: int = 10) -> object:
+    """A table of the case's first candidates: the fusion's rank, the model's score and each
+    feature's value (with a model: its contribution in brackets)."""
+    from rich.table import Table
+
+    order = ranked(model, row) if model is not None else [f.path for f in row.files]
+    by_path = {f.path: (i, f) for i, f in enumerate(row.files, start=1)}
+    table = Table(
+        title=f"{row.case_id}: why the first files came first (fix: {', '.join(row.gold)})"
+    )
+    table.add_column("#", justify="right")
+    table.add_column("file")
+    table.add_column("fusion #", justify="right")
+    if model is not None:
+        table.add_column("score", justify="right")
+    for name in FEATURES:
+        table.add_column(name, justify="right")
+    for n, path in enumerate(order[:shown], start=1):
+        if path not in by_path:
+            continue
+        i, f = by_path[path]
+        cells = [f"{v:.2f}" for v in f.values]
+        if model is not None:
+            parts = model.contributions(f.values)
+            cells = [f"{v:.2f} ({p:+.1f})" for v, p in zip(f.values, parts, strict=True)]
+        mark = " ✓" if path in row.gold else ""
+        score = [f"{model.score(f.values):+.2f}"] if model is not None else []
+        table.add_row(str(n), path + mark, str(i), *score, *cells)
+    return table
