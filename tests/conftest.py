@@ -13,6 +13,7 @@ import shutil
 import string
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
@@ -23,6 +24,9 @@ from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.stack.children import free_port
 from shared.stack.localstack import README_UBATCH, LocalStack, simulator_env, start_redis
+
+if TYPE_CHECKING:
+    from shared.devtools.sample_history import SampleRepo
 
 DATA = Path(__file__).parent / "data"
 SAMPLE_SERVICE = DATA / "sample-service"
@@ -240,3 +244,30 @@ def model_not_pulled(sim: OllamaSimulator, model: str) -> Iterator[None]:
         yield
     finally:
         sim.configure(models=models)
+
+
+def indexed_history(sender: Any, settings: Settings, dest: Path, repo: str) -> SampleRepo:
+    """The sample service as a git history (the bug planted by one commit), at ``dest``,
+    indexed as ``repo`` with its history recorded."""
+    from shared.devtools.sample_history import build_sample_repo
+    from shared.index.reindex import index_repository
+
+    sample = build_sample_repo(SAMPLE_SERVICE, dest)
+    report = index_repository(sender, sample.path, repo, max_bytes=settings.max_file_bytes,
+                              timeout=120)  # fmt: skip
+    assert not report.failed and report.history.startswith("at ")
+    return sample
+
+
+@contextlib.contextmanager
+def slack_listening(settings: Settings, sender: Any, slack_sim: SlackSimulator) -> Iterator[Any]:
+    """``tracehound slack-listen``'s listener, connected to the Slack double's Socket Mode."""
+    from producers.slack_listen import Listener
+
+    listening = Listener(settings, sender)
+    listening.start()
+    slack_sim.socket_mode.wait_connected(30)
+    try:
+        yield listening
+    finally:
+        listening.close()

@@ -17,14 +17,13 @@ import redis
 from shared.core.domain import ErrorEvent
 from shared.core.pipeline import enqueue_error
 from shared.core.settings import Settings
-from shared.devtools.sample_history import STEPS, SampleRepo, build_sample_repo
+from shared.devtools.sample_history import STEPS, SampleRepo
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.groups.deploys import DeployStore
 from shared.groups.submit import intake_for
-from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
 from shared.stack.localstack import LocalStack, start_ingest
-from tests.conftest import DATA, SAMPLE_SERVICE
+from tests.conftest import DATA, indexed_history
 from tests.integration.test_cli import run_cli
 
 pytestmark = pytest.mark.integration
@@ -49,12 +48,7 @@ def history(
     stack: LocalStack, sender: Any, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> SampleRepo:
     """The sample service as a git history (the bug planted by one commit), indexed."""
-    sample = build_sample_repo(SAMPLE_SERVICE, tmp_path_factory.mktemp("deploys") / "sample")
-    report = index_repository(
-        sender, sample.path, REPO, max_bytes=settings.max_file_bytes, timeout=120
-    )
-    assert not report.failed and report.history.startswith("at ")
-    return sample
+    return indexed_history(sender, settings, tmp_path_factory.mktemp("deploys") / "sample", REPO)
 
 
 def announce(stack: LocalStack, url: str, *args: str) -> str:

@@ -22,19 +22,18 @@ import redis
 from producers.slack_listen import Listener
 from shared.core import keys
 from shared.core.settings import Settings
-from shared.devtools.sample_history import SampleRepo, build_sample_repo
+from shared.devtools.sample_history import SampleRepo
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.devtools.simulators.slack_socket import block_actions
 from shared.groups.memory import MEMORY_REPO
 from shared.groups.submit import Intake, intake_for
-from shared.index.reindex import index_repository
 from shared.index.vectors import collection_name
 from shared.intake.events import parse_event
 from shared.notify import actions
 from shared.stack.children import wait_until
 from shared.stack.localstack import LocalStack
-from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL
+from tests.conftest import DATA, SLACK_CHANNEL, indexed_history, slack_listening
 
 pytestmark = pytest.mark.integration
 
@@ -56,23 +55,15 @@ def history(
     stack: LocalStack, sender: Any, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> SampleRepo:
     """The sample service as a git checkout, indexed (the index knows its commit)."""
-    sample = build_sample_repo(SAMPLE_SERVICE, tmp_path_factory.mktemp("memory") / "sample")
-    report = index_repository(
-        sender, sample.path, REPO, max_bytes=settings.max_file_bytes, timeout=120
-    )
-    assert not report.failed and report.history.startswith("at ")
-    return sample
+    return indexed_history(sender, settings, tmp_path_factory.mktemp("memory") / "sample", REPO)
 
 
 @pytest.fixture(scope="module")
 def listener(
     history: SampleRepo, settings: Settings, sender: Any, slack_sim: SlackSimulator
 ) -> Iterator[Listener]:
-    listening = Listener(settings, sender)
-    listening.start()
-    slack_sim.socket_mode.wait_connected(30)
-    yield listening
-    listening.close()
+    with slack_listening(settings, sender, slack_sim) as listening:
+        yield listening
 
 
 @pytest.fixture(scope="module")

@@ -14,14 +14,14 @@ import pytest
 from shared.core.domain import ErrorEvent
 from shared.core.pipeline import enqueue_error
 from shared.core.settings import Settings
-from shared.devtools.sample_history import BUG_SUBJECT, STEPS, SampleRepo, build_sample_repo
+from shared.devtools.sample_history import BUG_SUBJECT, STEPS, SampleRepo
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
 from shared.stack.children import wait_until
 from shared.stack.localstack import LocalStack
-from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL, model_not_pulled
+from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL, indexed_history, model_not_pulled
 
 pytestmark = pytest.mark.integration
 
@@ -375,12 +375,9 @@ def history_repo(
     stack: LocalStack, sender: Any, settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> SampleRepo:
     """The sample service as a git history (the bug planted by one commit), indexed with it."""
-    sample = build_sample_repo(SAMPLE_SERVICE, tmp_path_factory.mktemp("history") / "sample")
-    report = index_repository(
-        sender, sample.path, HISTORY_REPO, max_bytes=settings.max_file_bytes, timeout=120
+    return indexed_history(
+        sender, settings, tmp_path_factory.mktemp("history") / "sample", HISTORY_REPO
     )
-    assert not report.failed and report.history.startswith("at ")
-    return sample
 
 
 HISTORY_REPO = "sample-history"

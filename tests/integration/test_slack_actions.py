@@ -29,7 +29,14 @@ from shared.intake.events import parse_event
 from shared.notify import actions
 from shared.stack.children import wait_until
 from shared.stack.localstack import LocalStack, start_ingest
-from tests.conftest import DATA, SAMPLE_SERVICE, SLACK_CHANNEL, SLACK_SIGNING_SECRET, own_cause
+from tests.conftest import (
+    DATA,
+    SAMPLE_SERVICE,
+    SLACK_CHANNEL,
+    SLACK_SIGNING_SECRET,
+    own_cause,
+    slack_listening,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -56,11 +63,8 @@ def intake(settings: Settings, sender: Any) -> Intake:
 def listener(
     indexed: None, settings: Settings, sender: Any, slack_sim: SlackSimulator
 ) -> Iterator[Listener]:
-    listening = Listener(settings, sender)
-    listening.start()
-    slack_sim.socket_mode.wait_connected(30)
-    yield listening
-    listening.close()
+    with slack_listening(settings, sender, slack_sim) as listening:
+        yield listening
 
 
 @pytest.fixture(scope="module")
