@@ -29,6 +29,15 @@ def one_line(value: str, limit: int) -> str:
     return flat[: limit - 9] + "…" + digest
 
 
+def required_name(value: str) -> str:
+    """A name from outside on one line and bounded (``one_line``); refused when nothing is
+    left of it."""
+    name = one_line(value, NAME_MAX_CHARS)
+    if not name:
+        raise ValueError("must name something: it was empty or only control characters")
+    return name
+
+
 def encodable(value: Any) -> Any:
     """``value`` with every string (keys too, in nested dicts and lists) encodable as UTF-8 (a
     lone surrogate, which JSON's ``"\\ud800"`` escape decodes to, becomes ``?``) and every
@@ -158,10 +167,7 @@ class ErrorEvent(Frozen):
     @field_validator("service", "repo")
     @classmethod
     def _name(cls, value: str) -> str:
-        name = one_line(value, NAME_MAX_CHARS)
-        if not name:
-            raise ValueError("must name something: it was empty or only control characters")
-        return name
+        return required_name(value)
 
     @field_validator("exception_type")
     @classmethod
@@ -415,10 +421,7 @@ class Deploy(Frozen):
     @field_validator("service", "version")
     @classmethod
     def _named(cls, value: str) -> str:
-        name = one_line(value, NAME_MAX_CHARS)
-        if not name:
-            raise ValueError("must name something: it was empty or only control characters")
-        return name
+        return required_name(value)
 
     @field_validator("environment")
     @classmethod
