@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from producers.ingest.deploy_routes import deploy_routes
 from producers.ingest.events import EventsRoute
-from producers.ingest.forwarder import ForwarderThread, forwarding
+from producers.ingest.forwarder import ForwarderProcess, forwarding
 from producers.ingest.guard import LOOPBACK_HOSTS, allowed_hosts_for, guard_middleware
 from producers.ingest.metrics import IngestMetrics, RequestCounter
 from producers.ingest.replies import JSONReply
@@ -47,7 +47,7 @@ def create_app(
     allowed_origins: Sequence[str] = (),
     store_check: Callable[[], StoreHealth] | None = None,
     upstream: UpstreamQueue | None = None,
-    forwarder: ForwarderThread | None = None,
+    forwarder: ForwarderProcess | None = None,
 ) -> Starlette:
     """The ingest ASGI app; ``intake`` redacts, groups and enqueues by task name (no worker
     code is imported). Besides ``/v1/events`` and ``/v1/deploys`` (deploy_routes.py) it serves

@@ -335,6 +335,29 @@ def test_entries_waiting_when_ingest_is_killed_are_delivered_after_its_restart(
     assert sorted(r.body for r in received) == sorted(s.body for s in sent)
 
 
+def _children(pid: int) -> set[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return {int(c) for c in path.read_text().split()} if path.exists() else set()
+
+
+def test_the_forwarder_process_ends_with_ingest_even_killed_alone(
+    ingest: Ingest, upstream: Recorder, tmp_path: Path
+) -> None:
+    """The forwarder runs in a process of its own; ``kill -9`` of ingest's process alone
+    (not its group) leaves it an orphan, which stops by itself: nothing goes on sending."""
+    upstream.stop()
+    assert all(s.status == 200 for s in run_sdk(tmp_path, ingest.dsn(), count=2))
+    forwarders = _children(ingest.proc.popen.pid)
+    assert forwarders, "no forwarder process beside ingest"
+    os.kill(ingest.proc.popen.pid, signal.SIGKILL)
+    ingest.proc.popen.wait(10)
+    wait_until(lambda: not any(Path(f"/proc/{c}").exists() for c in forwarders), 10)
+    upstream.start()
+    time.sleep(1)
+    assert upstream.received == []  # the entries wait in Redis for the next ingest
+    assert ingest.waiting().waiting == 2
+
+
 def test_a_429_is_honoured_for_as_long_as_retry_after_says(
     ingest: Ingest, upstream: Recorder
 ) -> None:
