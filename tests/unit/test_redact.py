@@ -486,7 +486,14 @@ _TRIGGERS = sorted({t for rule in Redactor().rules for t in rule.triggers})
 
 @hyp_settings(max_examples=300, deadline=None)
 @given(
-    st.lists(st.one_of(st.sampled_from(_TRIGGERS), st.text(max_size=12)), max_size=12).map("".join)
+    st.lists(
+        st.one_of(
+            st.sampled_from(_TRIGGERS),
+            st.sampled_from(_TRIGGERS).map(str.upper),  # a trigger holds in any case
+            st.text(max_size=12),
+        ),
+        max_size=12,
+    ).map("".join)
 )
 def test_the_rules_a_text_needs_are_those_whose_triggers_it_holds(text: str) -> None:
     """The one-pass trigger search (Aho-Corasick) finds what a substring test per trigger
@@ -499,4 +506,3 @@ def test_the_rules_a_text_needs_are_those_whose_triggers_it_holds(text: str) -> 
         if not rule.triggers or any(t in lowered for t in rule.triggers)
     }
     assert redactor.needed_rules(text) == expected
-    assert redactor.needed_rules(text.upper()) == redactor.needed_rules(text.lower())
