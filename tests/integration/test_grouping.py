@@ -54,11 +54,21 @@ def post(url: str, records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def top_level(slack_sim: SlackSimulator, service: str) -> list[dict[str, Any]]:
+    """The service's own messages in the channel: headed with its name. (Another service's
+    message may name it too: "Seen before: looks like <this service>: …", incident memory.)"""
     return [
         m
         for m in slack_sim.messages
-        if not m.get("thread_ts") and service in json.dumps(m.get("blocks"))
+        if not m.get("thread_ts")
+        and service in json.dumps(m.get("blocks"))
+        and _header(m).startswith(f"{service}:")
     ]
+
+
+def _header(message: dict[str, Any]) -> str:
+    blocks = message.get("blocks") or []
+    head = blocks[0] if blocks and blocks[0].get("type") == "header" else {}
+    return str(head.get("text", {}).get("text", ""))
 
 
 def replies(slack_sim: SlackSimulator, ts: str) -> list[dict[str, Any]]:
