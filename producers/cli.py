@@ -561,6 +561,12 @@ def token() -> None:
     print(settings.ingest_token.get_secret_value())
 
 
+def _ingest_url(settings: Settings) -> str:
+    """The running stack's ingest address, else the default one."""
+    state, running = stackfile.live_state(settings.data_dir)
+    return state.ingest_url if running and state is not None else "http://127.0.0.1:8080"
+
+
 @cli.command()
 def dsn(
     project: Annotated[str, typer.Argument(help="The DSN's project id (names the service).")] = "1",
@@ -571,9 +577,7 @@ def dsn(
     if not keys:
         err.print("no DSN key: start the stack (`tracehound up`) or set TRACEHOUND_SENTRY_KEYS")
         raise typer.Exit(1)
-    state, running = stackfile.live_state(settings.data_dir)
-    url = state.ingest_url if running and state is not None else "http://127.0.0.1:8080"
-    scheme, _, host = url.partition("://")
+    scheme, _, host = _ingest_url(settings).partition("://")
     print(f"{scheme}://{keys[0]}@{host}/{project}")
 
 
@@ -626,9 +630,7 @@ def deploy(
             raise typer.Exit(2) from exc
         if found.note:
             err.print(f"warning: {found.note}", highlight=False, markup=False)
-    if url is None:
-        state, running = stackfile.live_state(settings.data_dir)
-        url = state.ingest_url if running and state is not None else "http://127.0.0.1:8080"
+    url = url or _ingest_url(settings)
     token = settings.ingest_token.get_secret_value() if settings.ingest_token else None
     body = deploy_body(
         service=service, version=version, environment=environment, commits=found, when=when

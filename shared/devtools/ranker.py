@@ -100,9 +100,9 @@ def case_rows(
     out = []
     for c in cases:
         rankings = c.at(depth, cap)
-        files = file_features(rankings, c.case.query, fusion, prior, top=TOP)
-        kept = {f.path for f in files}
-        rest = [cand.path for cand in fuse(rankings, fusion, prior) if cand.path not in kept]
+        fused = fuse(rankings, fusion, prior)
+        files = file_features(rankings, fused, c.case.query, prior, top=TOP)
+        rest = [cand.path for cand in fused[TOP:]]
         out.append(CaseRows(c.repo, c.case.id, c.case.gold, files, rest))
     return out
 

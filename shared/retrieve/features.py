@@ -1,9 +1,10 @@
 """What a learned ranker sees of each candidate file: the signals' scores and ranks, their
 agreement, and facts about the file the rank fusion never sees.
 
-The inputs are the ones ``fuse`` reads (shared/retrieve/hybrid.py): each signal's ranking of
-chunks, the fusion constants and the path prior, plus the error's text. ``file_features`` gives
-the fusion's top files, in the fusion's order, each with one value per name of ``FEATURES``;
+The inputs are what ``fuse`` reads and gives (shared/retrieve/hybrid.py): each signal's
+ranking of chunks, the files it fused from them and the path prior, plus the error's text.
+``file_features`` gives the fusion's top files, in its order, each with one value per name of
+``FEATURES``;
 a ranker reorders them (shared/devtools/ranker.py trains and cross-validates one), and
 ``tracehound eval --explain CASE`` prints them, so a reader sees why the first file came first.
 """
@@ -15,7 +16,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from shared.retrieve.hybrid import Fusion, Ranking, fuse
+from shared.core.domain import Candidate
+from shared.retrieve.hybrid import Ranking
 
 SIGNAL_NAMES = ("vector", "bm25", "frames", "vendored", "symbols")
 PER_SIGNAL = ("rr", "chunks", "score")  # 1 / best rank, log(1 + chunks found), score / best
@@ -45,14 +47,15 @@ class FileFeatures:
 
 def file_features(
     rankings: Sequence[Ranking],
+    fused: Sequence[Candidate],
     text: str,
-    fusion: Fusion,
     prior: Callable[[str], float] | None,
     *,
     top: int = 30,
 ) -> list[FileFeatures]:
-    """The fusion's first ``top`` files, in its order, with their features."""
-    fused = fuse(rankings, fusion, prior)[:top]
+    """The first ``top`` of ``fused`` (``fuse`` of ``rankings``), in its order, with their
+    features."""
+    fused = fused[:top]
     if not fused:
         return []
     best_fused = fused[0].score or 1.0

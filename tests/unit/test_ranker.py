@@ -32,7 +32,7 @@ def test_features_say_what_each_signal_and_the_path_saw() -> None:
         ("bm25", hits("pkg/checkout.py")),
         ("frames", hits("pkg/checkout.py")),
     ]
-    found = file_features(rankings, "TypeError in checkout()", Fusion(), None)
+    found = file_features(rankings, fuse(rankings, Fusion(), None), "TypeError in checkout()", None)
     assert [f.path for f in found] == [c.path for c in fuse(rankings, Fusion(), None)]
     a, checkout = (f.as_dict() for f in sorted(found, key=lambda f: f.path))
     assert a["vector_rr"] == 1.0 and a["bm25_rr"] == 0.0 and a["agree"] == 1.0
