@@ -52,6 +52,18 @@ def _symbol_line(frames: Sequence[Frame]) -> str:
     return ("in " + ", ".join(dict.fromkeys(names)))[:SYMBOLS_MAX_CHARS] if names else ""
 
 
+_TRACE_START = re.compile(r"Traceback \(most recent call last\)")
+
+
+def _before_trace(message: str) -> str:
+    """The message on one line, cut where a trace pasted into it starts: its frames are
+    written below, once, as the frames retrieval follows (a report whose message runs into
+    its traceback would otherwise name a frame twice, or one retrieval never follows)."""
+    line = " ".join(message.split())
+    found = _TRACE_START.search(line)
+    return line[: found.start()].rstrip() if found else line
+
+
 _LINE_NUMBER = re.compile(r"^(?:-*>\s*)?\d+\s*")
 
 
@@ -95,6 +107,9 @@ def render_frames(frames: Sequence[Frame]) -> list[str]:
         else:
             lines.append(f"    at {f.function or '<anonymous>'} ({f.file}:{f.line or 0}:0)")
     for f in reversed(python):
+        if f.line is None and f.function:  # IPython's form for a frame it has no line of
+            lines.append(f"{f.file} in {f.function}()")
+            continue
         where = f'  File "{f.file}", line {f.line or 0}'
         lines.append(f"{where}, in {f.function}" if f.function else where)
         if f.code:
@@ -128,7 +143,7 @@ def compose_query(event: ErrorEvent, *, max_chars: int = QUERY_MAX_CHARS) -> Que
             exc_type, message = found.type, found.message
     elif not event.stacktrace:  # free text: its first line leads, the rest is context
         message = next((ln for ln in message.splitlines() if ln.strip()), "")
-    head = ": ".join(p for p in (exc_type, " ".join(message.split())) if p)[:HEAD_MAX_CHARS]
+    head = ": ".join(p for p in (exc_type, _before_trace(message)) if p)[:HEAD_MAX_CHARS]
     frames = _frames_for_query(trace.frames)
     parts = [p for p in (head, _symbol_line(frames)) if p]
     skip = {" ".join(message.split()), head, *(" ".join(f.code.split()) for f in frames)}
