@@ -13,9 +13,10 @@ used when installed, else the simulator's hashed embeddings; the table's title s
 Chunk vectors are cached (``--cache-dir``, default .tracehound/eval-cache), so a second run
 only embeds the queries.
 
-Last, a table of the pipeline's mode (``all``) with its goals (issue 37, for all-MiniLM-L6-v2:
-cross-validated R@1 ≥ 0.70 with R@5 not below 0.860) and, as the in-run reference, the best
-signal alone on the same cases (vector, BM25, frames or symbols), read from ``--json``.
+Last, a table of the pipeline's modes (``learned``, the default, and ``all``, the fusion it falls
+back to) with their goals (issue 37, for all-MiniLM-L6-v2: cross-validated R@1 ≥ 0.70 with R@5
+not below 0.860) and, as the in-run reference, the best signal alone on the same cases (vector,
+BM25, frames or symbols), read from ``--json``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ CASES = [
     HERE / "cases" / "cases-mined.jsonl",
     HERE / "cases" / "cases-mined-2.jsonl",
 ]
-MODES = "vector,bm25,frames,symbols,hybrid,hybrid+frames,all,all+followup"
+MODES = "vector,bm25,frames,symbols,hybrid,hybrid+frames,all,learned,all+followup"
 SIGNALS = ("vector", "bm25", "frames", "symbols")
 # (metric in --json, label, goal held out) — issue 37, with all-MiniLM-L6-v2
 GOALS = (("recall@1", "R@1", "≥ 0.70"), ("recall@5", "R@5", "≥ 0.860"), ("mrr", "MRR", "—"))
@@ -56,6 +57,7 @@ def main() -> int:
     parser.add_argument("--no-cv", action="store_true", help="skip leave-one-repo-out")
     parser.add_argument("--cache-dir", help="chunk-embedding cache")
     parser.add_argument("--fresh", help="a batch of unseen cases: join it, score the rules on it")
+    parser.add_argument("--save-ranker", help="write the learned ranker fit on every case here")
     args = parser.parse_args()
     print(
         f"embedder: {args.embedder}"
@@ -85,10 +87,12 @@ def main() -> int:
         argv += ["--cv", "repo"]
     if args.cache_dir:
         argv += ["--cache-dir", args.cache_dir]
+    if args.save_ranker:
+        argv += ["--save-ranker", args.save_ranker]
     from producers.cli import cli
 
     cli(argv, standalone_mode=False)
-    if args.fresh and not args.no_cv:
+    if args.fresh:
         print_fresh(Path(args.json), Path(args.fresh))
     print_goals(Path(args.json))
     return 0
@@ -110,12 +114,18 @@ def print_goals(results: Path) -> None:
     if "cv" in got:
         cv = got["cv"]["rows"]
         alone = {n: cv[f"{n} alone"] for n in SIGNALS if f"{n} alone" in cv}
+        learned = cv.get("learned ranker, cross-validated: leave one repo out")
+        if learned:
+            rows.append(("learned (the default), leave one repo out", learned, alone, True))
         held = cv["cross-validated: leave one repo out"]
-        rows.append(("all, cross-validated (leave one repo out)", held, alone, True))
+        rows.append(("all (the fusion), leave one repo out", held, alone, True))
     summary = got["summary"]
-    if "all" in summary:
-        alone = {n: summary[n] for n in SIGNALS if n in summary}
-        rows.append(("all, in-sample (the defaults)", summary["all"], alone, False))
+    alone = {n: summary[n] for n in SIGNALS if n in summary}
+    # in-sample where the cases are those the model and the defaults were chosen on
+    for mode, label in (("learned", "learned, the model as shipped"),
+                        ("all", "all, the fusion's defaults")):  # fmt: skip
+        if mode in summary:
+            rows.append((label, summary[mode], alone, False))
     cases = int(max((m.get("cases", 0) for m in summary.values()), default=0))
     print(
         f"\nThe pipeline's mode, {cases} cases, embedder {got['embedder']} (the goals are for "
@@ -132,8 +142,9 @@ def print_goals(results: Path) -> None:
 
 
 def print_fresh(results: Path, fresh: Path) -> None:
-    """The fresh batch's cases alone: every mode with the defaults, then each choice rule's
-    held-out scores beside the default's."""
+    """The fresh batch's cases alone: every mode with the defaults (all cases, then each
+    ``query_kind``), then, with the cross-validation, each choice rule's held-out scores beside
+    the default's."""
     import json
 
     from rich.console import Console
@@ -143,20 +154,25 @@ def print_fresh(results: Path, fresh: Path) -> None:
 
     ids = {json.loads(line)["id"] for line in fresh.read_text("utf-8").splitlines() if line}
     results_json = json.loads(results.read_text("utf-8"))
-    cases = [c for c in results_json["cases"] if c["id"] in ids]
-    by_mode = Table(title=f"the fresh batch ({len(cases)} cases), scored with the defaults")
-    by_mode.add_column("mode")
-    for k in KS:
-        by_mode.add_column(f"R@{k}", justify="right")
-    by_mode.add_column("MRR", justify="right")
-    for mode in results_json["modes"]:
-        ranked = [(c["modes"][mode], c["gold"]) for c in cases if mode in c["modes"]]
-        if not ranked:
-            continue
-        cells = [sum(recall_at(m["files"], g, k) for m, g in ranked) / len(ranked) for k in KS]
-        cells.append(sum(m["rr"] for m, _ in ranked) / len(ranked))
-        by_mode.add_row(mode, *(f"{v:.3f}" for v in cells))
-    Console().print(by_mode)
+    every = [c for c in results_json["cases"] if c["id"] in ids]
+    kinds = sorted({c["kind"] for c in every})
+    for kind, cases in [("", every), *((k, [c for c in every if c["kind"] == k]) for k in kinds)]:
+        what = f", {kind} only" if kind else ""
+        by_mode = Table(title=f"the fresh batch{what} ({len(cases)} cases), with the defaults")
+        by_mode.add_column("mode")
+        for k in KS:
+            by_mode.add_column(f"R@{k}", justify="right")
+        by_mode.add_column("MRR", justify="right")
+        for mode in results_json["modes"]:
+            ranked = [(c["modes"][mode], c["gold"]) for c in cases if mode in c["modes"]]
+            if not ranked:
+                continue
+            cells = [sum(recall_at(m["files"], g, k) for m, g in ranked) / len(ranked) for k in KS]
+            cells.append(sum(m["rr"] for m, _ in ranked) / len(ranked))
+            by_mode.add_row(mode, *(f"{v:.3f}" for v in cells))
+        Console().print(by_mode)
+    if "cv" not in results_json:
+        return
     cv = results_json["cv"]
     rows = [c for c in cv["cases"] if c["id"] in ids]
     names = list(rows[0]["default"]) if rows else []
@@ -172,6 +188,8 @@ def print_fresh(results: Path, fresh: Path) -> None:
         table.add_row(rule, *mean([c["held_out"][rule] for c in rows]))
     if rows:
         table.add_row("default (chosen before the batch)", *mean([c["default"] for c in rows]))
+    if rows and all("learned_held_out" in c for c in rows):
+        table.add_row("learned ranker, held out", *mean([c["learned_held_out"] for c in rows]))
     Console().print(table)
 
 

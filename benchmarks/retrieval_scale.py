@@ -13,7 +13,9 @@ them: ``build_query`` of the event, its embedding computed beforehand.
 
 Per run it measures:
 - warm: the retrieve stage (``hybrid_retrieve`` over Chroma, BM25, frames and symbols, exactly
-  as the task calls it) in this process, p50 and p95 over the 20 queries;
+  as the task calls it, the learned ranker included) in this process, p50 and p95 over the 20
+  queries; and, on each query's own rankings, the learned ranker's share of it (features and
+  scores of the fused first files) beside the fusion that runs before it;
 - cold: a fresh Python process that imports the worker like a worker does, then its first
   retrieve (the keyword index loaded from Redis), and its RSS after the 20 queries;
 - freshness: with ``tracehound watch`` running on the tree, a function with a new name is
@@ -60,10 +62,11 @@ from shared.intake.events import ErrorEvent, from_text
 from shared.intake.trace import with_trace
 from shared.intake.traces import parse_frames
 from shared.models.embedder import OllamaEmbedder
-from shared.retrieve.hybrid import hybrid_retrieve
+from shared.retrieve.hybrid import Fusion, fuse, hybrid_retrieve
 from shared.retrieve.keywords import BM25Index
 from shared.retrieve.priors import PathPrior
 from shared.retrieve.query import build_query
+from shared.retrieve.ranker import LinearModel, learned_order, load_model
 from shared.stack.children import Proc, spawn, wait_until
 from shared.stack.localstack import (
     start_chroma,
@@ -169,7 +172,27 @@ def retrieve(index: BM25Index, vectors: ChromaVectorIndex, query: str, vector: l
         depth=settings().candidate_depth,
         rrf_k=settings().rrf_k,
         prior=PathPrior.from_settings(settings()),
+        ranker=ranker(),
     )
+
+
+@functools.cache
+def ranker() -> LinearModel | None:
+    """The task's ranker: the shipped model unless the settings say otherwise."""
+    s = settings()
+    return load_model(s.ranker_model) if s.ranker == "learned" else None
+
+
+def ranker_cost(found: Any, query: str) -> tuple[float, float]:
+    """Milliseconds of the retrieve's last step on its own rankings: (the fusion, the learned
+    ranker after it). The ranker's is what it adds to a retrieve."""
+    prior = PathPrior.from_settings(settings())
+    t = time.perf_counter()
+    fused = fuse(found.rankings, Fusion(rrf_k=settings().rrf_k), prior)
+    fusing = time.perf_counter() - t
+    t = time.perf_counter()
+    learned_order(ranker() or load_model(None), found.rankings, fused, query, prior)
+    return fusing * 1000, (time.perf_counter() - t) * 1000
 
 
 def probe(args: argparse.Namespace) -> int:
@@ -355,6 +378,9 @@ def main() -> int:
             vectors = ChromaVectorIndex(url=chroma_url)
             index = BM25Index(corpus)
 
+            log = DATA / "logs" / "watch.log"
+            # the log is appended to run after run: this run's watch.start is after its end
+            before = log.stat().st_size if log.exists() else 0
             watch = spawn(
                 "watch",
                 [tracehound_executable(), "watch", str(tree), "--repo", REPO],
@@ -362,22 +388,36 @@ def main() -> int:
                 env={**env, "TRACEHOUND_LOG_LEVEL": "INFO"},  # to see watch.start
             )
             procs.append(watch)
-            wait_until(
-                lambda: "watch.start" in watch.log_path.read_text(errors="replace"), 600, "watch"
-            )
+
+            def started() -> bool:
+                with watch.log_path.open("rb") as f:
+                    f.seek(before)
+                    return b"watch.start" in f.read()
+
+            wait_until(started, 600, "watch")
 
             rows: dict[str, list[float]] = {
-                k: [] for k in ("p50", "p95", "cold", "rss", "peak", "fresh", "seed", "rebuild")
-            }
+                k: []
+                for k in (
+                    "p50", "p95", "rank50", "rank95", "fuse50",
+                    "cold", "rss", "peak", "fresh", "seed", "rebuild",
+                )
+            }  # fmt: skip
             for run in range(args.runs):
                 retrieve(index, vectors, texts[0], vecs[0])  # warm
-                times = []
+                times, ranking, fusing = [], [], []
                 for q, v in zip(texts, vecs, strict=True):
                     t = time.perf_counter()
-                    retrieve(index, vectors, q, v)
+                    found = retrieve(index, vectors, q, v)
                     times.append((time.perf_counter() - t) * 1000)
+                    fused_ms, ranked_ms = ranker_cost(found, q)
+                    fusing.append(fused_ms)
+                    ranking.append(ranked_ms)
                 rows["p50"].append(pct(times, 0.5))
                 rows["p95"].append(pct(times, 0.95))
+                rows["rank50"].append(pct(ranking, 0.5))
+                rows["rank95"].append(pct(ranking, 0.95))
+                rows["fuse50"].append(pct(fusing, 0.5))
                 out = subprocess.run(
                     [sys.executable, __file__, "--probe", str(work)],
                     capture_output=True,
@@ -421,6 +461,9 @@ def main() -> int:
     table = [
         ("retrieve warm, p50", "≤ 100 ms", fmt(rows["p50"], "ms")),
         ("retrieve warm, p95", "≤ 250 ms", fmt(rows["p95"], "ms")),
+        ("learned ranker's share of a retrieve, p50", "≤ 5 ms", fmt(rows["rank50"], "ms", 2)),
+        ("learned ranker's share of a retrieve, p95", "≤ 5 ms", fmt(rows["rank95"], "ms", 2)),
+        ("reference: the fusion before it (fuse), p50", "—", fmt(rows["fuse50"], "ms", 2)),
         ("first retrieve in a new worker process", "≤ 2 s", fmt(rows["cold"], "ms")),
         (
             "worker process RSS after the queries (peak)",

@@ -785,6 +785,14 @@ def eval_(
             "repositories' cases.",
         ),
     ] = None,
+    save_ranker: Annotated[
+        Path | None,
+        typer.Option(
+            "--save-ranker",
+            help="With --cv repo: write the learned ranker fit on every case here (a model "
+            "for TRACEHOUND_RANKER_MODEL).",
+        ),
+    ] = None,
 ) -> None:
     """Measure retrieval on bug-localization cases: file-level Recall@1/3/5/10 and MRR per mode."""
     from shared.devtools.eval_command import EvalOptions, run_eval_command
@@ -803,6 +811,7 @@ def eval_(
         cv=cv,
         vector_store=vector_store,
         explain=explain,
+        save_ranker=save_ranker,
     )
     raise typer.Exit(run_eval_command(load_settings(), options, out=out, err=err))
 

@@ -53,6 +53,7 @@ from shared.notify.respond import Responder
 from shared.notify.routing import Routing, routing_for
 from shared.retrieve.keywords import BM25Index
 from shared.retrieve.priors import PathPrior
+from shared.retrieve.ranker import LinearModel, load_model
 from workers import metrics
 
 
@@ -98,6 +99,22 @@ class Clients:
     @cached_property
     def prior(self) -> PathPrior:
         return PathPrior.from_settings(self.settings)
+
+    @cached_property
+    def ranker(self) -> LinearModel | None:
+        """The learned ranker (None with TRACEHOUND_RANKER=fusion). A model file that cannot be
+        read is logged as an error once, and every retrieve then falls back to the fusion's
+        order and counts it (tracehound_fallbacks_total{stage="ranker"}): errors still reach
+        on-call, ranked as before the ranker."""
+        if self.settings.ranker != "learned":
+            return None
+        path = self.settings.ranker_model
+        try:
+            return load_model(path)
+        except Exception as exc:  # whatever it is, retrieval goes on without it
+            reason = f"{type(exc).__name__}: {exc}"[:500]
+            log.error("ranker.unusable", extra={"path": str(path or "shipped"), "reason": reason})
+            return None
 
     @cached_property
     def vectors(self) -> VectorStore:
@@ -342,7 +359,7 @@ STORE_MODULES: dict[str, tuple[str, ...]] = {
 # What each queue's first task builds (Clients attributes), for Clients.warm.
 WARM: dict[str, tuple[str, ...]] = {
     "embed": ("query_embedder", "bulk_embedder", "model_http", "embed_backlog", "vectors"),
-    "retrieve": ("keywords", "prior", "redactor", "vectors"),
+    "retrieve": ("keywords", "prior", "ranker", "redactor", "vectors"),
     "rerank": ("reranker", "model_http"),
     "llm": ("chat", "analysis_cache", "redactor", "model_http", "courier", "groups", "keywords"),
     "notify": ("courier", "groups", "responder"),

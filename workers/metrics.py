@@ -41,7 +41,7 @@ before_task_publish.connect(stamp_sent_at, dispatch_uid="tracehound-sent-at")
 log = logging.getLogger(__name__)
 
 # The stages that degrade rather than fail (workers/tasks/analysis.py, shared/notify/delivery.py).
-FALLBACK_STAGES = ("embed_query", "retrieve", "rerank", "analyze", "notify")
+FALLBACK_STAGES = ("embed_query", "retrieve", "ranker", "rerank", "analyze", "notify")
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900)
 

@@ -217,6 +217,21 @@ class Settings(BaseSettings):
         DEFAULT_DEMOTE_WEIGHT, ge=0, le=1, description="Their files' score is multiplied by this."
     )
 
+    # The learned ranker beat the cross-validated fusion held out (every cut, 112 dev cases,
+    # all-MiniLM-L6-v2: docs/benchmarks.md, *Learned ranker*), the plan's condition to be the
+    # default (benchmarks/cases/README.md).
+    ranker: Literal["learned", "fusion"] = Field(
+        "learned",
+        description="How the fused files are ordered: `learned` (a logistic regression over "
+        "each file's signals, shared/retrieve/ranker.py) or `fusion` (the weighted reciprocal "
+        "rank sum alone, the reference it falls back to).",
+    )
+    ranker_model: Path | None = Field(
+        None,
+        description="A ranker model of your own (`tracehound eval … --cv repo --save-ranker "
+        "FILE`); default: the one shipped, fit on the dev cases with all-MiniLM-L6-v2.",
+    )
+
     keyword_cache: bool = Field(
         True,
         description="Keep keyword segments as files that every retrieving process on the "

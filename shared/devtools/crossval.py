@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 from shared.core.domain import ChunkHit
 from shared.devtools.eval import KS, Case, Follow, recall_at, reciprocal_rank
 from shared.devtools.followup import LOOKUP_WEIGHT, with_lookups
-from shared.retrieve.fusion import CHUNKS_PER_FILE
-from shared.retrieve.hybrid import FRAME_SIGNALS, Fusion, Ranking, fuse
+from shared.retrieve.fusion import CHUNKS_PER_FILE, Ranking
+from shared.retrieve.hybrid import FRAME_SIGNALS, Fusion, fuse
 from shared.retrieve.keywords import MAX_DEFINITIONS
 from shared.retrieve.priors import PathPrior
 
@@ -90,14 +90,23 @@ class Retrieved1:
     rankings: list[Ranking]  # max(DEPTHS) deep
     symbols_by_cap: dict[int, list[ChunkHit]] = field(default_factory=dict)
     follow: Follow | None = None  # runs the stand-in model's lookups (followup.py)
+    error_text: str = ""  # what the ranker's features read (features.error_text); "": the case's
+
+    @property
+    def text(self) -> str:
+        return self.error_text or self.case.query
 
     def at(self, depth: int, cap: int) -> list[Ranking]:
-        """The rankings as retrieval at ``depth`` with symbol cap ``cap`` would give them."""
+        """The rankings as retrieval at ``depth`` with symbol cap ``cap`` would give them, in
+        the order ``hybrid_retrieve`` makes them (frames, vendored, symbols, vector, bm25): the
+        fusion breaks ties by that order."""
         out = [(s, hits[:depth] if s in DEPTH_BOUND else hits) for s, hits in self.rankings]
         if cap not in self.symbols_by_cap:
             return out
-        out = [(s, hits) for s, hits in out if s != "symbols"]
-        return out + ([("symbols", self.symbols_by_cap[cap])] if self.symbols_by_cap[cap] else [])
+        symbols = [("symbols", self.symbols_by_cap[cap])] if self.symbols_by_cap[cap] else []
+        rest = [(s, hits) for s, hits in out if s != "symbols"]
+        at = next((i for i, (s, _) in enumerate(rest) if s in ("vector", "bm25")), len(rest))
+        return rest[:at] + symbols + rest[at:]
 
 
 @dataclass
@@ -113,10 +122,13 @@ class Collector:
         rankings: Sequence[Ranking],
         symbols_by_cap: Mapping[int, list[ChunkHit]] | None = None,
         follow: Follow | None = None,
+        error_text: str = "",
     ) -> None:
         repo = case.corpus.rsplit("-", 1)[0]  # <pypi_name>-<version>
         kept = follow if self.followup else None  # it holds the corpus's index in memory
-        self.cases.append(Retrieved1(case, repo, list(rankings), dict(symbols_by_cap or {}), kept))
+        self.cases.append(
+            Retrieved1(case, repo, list(rankings), dict(symbols_by_cap or {}), kept, error_text)
+        )
 
 
 Metrics = tuple[float, ...]  # recall@k for KS, then reciprocal rank

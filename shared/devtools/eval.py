@@ -36,14 +36,17 @@ from shared.intake.trace import with_trace
 from shared.models.embedder import Embedder
 from shared.models.reranker import Reranker, rerank_candidates
 from shared.retrieve.evidence import lexical_overlap
-from shared.retrieve.hybrid import Ranking, VectorSearch, hybrid_retrieve
+from shared.retrieve.features import error_text
+from shared.retrieve.fusion import Ranking
+from shared.retrieve.hybrid import Retrieved, VectorSearch, hybrid_retrieve
 from shared.retrieve.keywords import MAX_DEFINITIONS, chunks_covering, defining, symbol_table
 from shared.retrieve.query import compose_query, named_symbols
+from shared.retrieve.ranker import LinearModel
 
 log = logging.getLogger(__name__)
 
 KS = (1, 3, 5, 10)
-BASE_MODES = ("vector", "bm25", "frames", "symbols", "hybrid", "hybrid+frames", "all")
+BASE_MODES = ("vector", "bm25", "frames", "symbols", "hybrid", "hybrid+frames", "all", "learned")
 MODE_SIGNALS: dict[str, frozenset[str]] = {
     "vector": frozenset({"vector"}),
     "bm25": frozenset({"bm25"}),
@@ -51,8 +54,12 @@ MODE_SIGNALS: dict[str, frozenset[str]] = {
     "symbols": frozenset({"symbols"}),
     "hybrid": frozenset({"vector", "bm25"}),
     "hybrid+frames": frozenset({"vector", "bm25", "frames"}),
-    "all": frozenset({"vector", "bm25", "frames", "symbols"}),  # what the pipeline runs
+    "all": frozenset({"vector", "bm25", "frames", "symbols"}),  # fused: the reference
+    # the same signals, the fused first files reordered by the learned ranker: what the
+    # pipeline runs with TRACEHOUND_RANKER=learned (the default)
+    "learned": frozenset({"vector", "bm25", "frames", "symbols"}),
 }
+LEARNED_MODE = "learned"
 RERANK_SUFFIX = "+rerank"
 # A mode followed by the stand-in model's lookups (shared/devtools/followup.py): "all+followup".
 FOLLOWUP_SUFFIX = "+followup"
@@ -317,7 +324,9 @@ def load_corpus(
 # A case's signals as mode ``all`` retrieved them, and the symbols signal per symbol cap.
 # A case's lookups by the stand-in model (followup.py), given retrieval's candidates and a prior.
 Follow = Callable[[Sequence[Candidate], Callable[[str], float] | None], Lookups]
-OnCase = Callable[[Case, Sequence[Ranking], dict[int, list[ChunkHit]], Follow], None]
+# (the case, its rankings, the symbols signal per cap, its lookups, the error's text as the
+# ranker's features read it)
+OnCase = Callable[[Case, Sequence[Ranking], dict[int, list[ChunkHit]], Follow, str], None]
 
 
 @dataclass
@@ -399,6 +408,11 @@ def _add_seen(report: EvalReport, seen_by_mode: dict[str, list[float | None]]) -
             report.summary[mode]["recall@seen"] = sum(known) / len(known)
 
 
+def _need_ranker(modes: Sequence[str], ranker: LinearModel | None) -> None:
+    if ranker is None and any(base_mode(m) == LEARNED_MODE for m in modes):
+        raise ValueError("the learned mode needs a ranker model")
+
+
 def run_eval(
     cases: Sequence[Case],
     corpora: Path,
@@ -421,8 +435,11 @@ def run_eval(
     followup_budget: int = 6000,
     followup_weight: float = LOOKUP_WEIGHT,
     vector_store: VectorStore | None = None,
+    ranker: LinearModel | None = None,
 ) -> EvalReport:
     """Every case's ranked files per mode; cases are grouped so each corpus is indexed once.
+
+    ``ranker``: the model the ``learned`` mode orders with (that mode needs one).
 
     ``on_case`` receives each case's signals as mode ``all`` retrieves them (crossval.py),
     retrieved ``collect_depth`` deep (default: ``depth``), and the symbols signal's chunks
@@ -436,6 +453,7 @@ def run_eval(
     score that separates cases whose first ``shown`` files hold the fix from those that do not.
     """
     say = on_event or (lambda _msg: None)
+    _need_ranker(modes, ranker)
     report = EvalReport(embedder=embedder.model, modes=list(modes))
     ranked_by_mode: dict[str, list[tuple[list[str], tuple[str, ...]]]] = {m: [] for m in modes}
     relevance_by_mode: dict[str, list[tuple[float, bool]]] = {}
@@ -506,6 +524,8 @@ def run_eval(
                     signals=MODE_SIGNALS[base],
                     prior=prior,
                     frames=composed.frames,
+                    ranker=ranker if base == LEARNED_MODE else None,
+                    error_text=error_text(event),
                 )
                 again = partial(
                     hybrid_retrieve, corpus_name, query, vector, vectors=searcher, keywords=index,
@@ -518,7 +538,7 @@ def run_eval(
                 )  # fmt: skip
                 _hand_signals(
                     on_case, mode, case, found.rankings, again, depth, collect_depth,
-                    partial(_by_cap, index, query, collect_caps), follow,
+                    partial(_by_cap, index, query, collect_caps), follow, error_text(event),
                 )  # fmt: skip
                 candidates, ranked, extra, seen_recall = _ranked(
                     mode,
@@ -539,6 +559,7 @@ def run_eval(
                     "rr": reciprocal_rank(ranked, case.gold),
                     "own_frames": found.own_frames,
                     **extra,
+                    **_fell_back(base, found, case.id, say),
                 }
                 if candidates and not mode.endswith(RERANK_SUFFIX):
                     overlap = lexical_overlap(query, candidates[0])
@@ -598,6 +619,17 @@ def fill_store(
     return len(missing)
 
 
+def _fell_back(
+    base: str, found: Retrieved, case_id: str, say: Callable[[str], None]
+) -> dict[str, str]:
+    """The learned mode's case the ranker could not score (the fusion's order is counted):
+    said, and marked in the report."""
+    if base != LEARNED_MODE or not found.candidates or found.ranked_by == "learned":
+        return {}
+    say(f"{case_id}: the ranker could not score; counted in the fusion's order")
+    return {"ranked_by": found.ranked_by}
+
+
 def _hand_signals(
     on_case: OnCase | None,
     mode: str,
@@ -608,14 +640,16 @@ def _hand_signals(
     collect_depth: int | None,
     by_cap: Callable[[], dict[int, list[ChunkHit]]],
     follow: Follow,
+    text: str,
 ) -> None:
     """The signals of what the pipeline runs (mode ``all``) for crossval.py: as retrieved, or
-    retrieved ``again`` ``collect_depth`` deep; and how to run the case's lookups."""
+    retrieved ``again`` ``collect_depth`` deep; how to run the case's lookups; the error's
+    text as the ranker reads it."""
     if on_case is None or mode != "all":
         return
     if collect_depth is not None and collect_depth != depth:
         rankings = again(depth=collect_depth).rankings
-    on_case(case, rankings, by_cap(), follow)
+    on_case(case, rankings, by_cap(), follow, text)
 
 
 def _follow(

@@ -32,6 +32,8 @@ from shared.devtools.crossval import render as render_cv
 from shared.devtools.eval import (
     BASE_MODES,
     FOLLOWUP_SUFFIX,
+    KS,
+    LEARNED_MODE,
     MODE_SIGNALS,
     RERANK_SUFFIX,
     EmbeddingCache,
@@ -44,7 +46,7 @@ from shared.devtools.eval import (
     run_eval,
 )
 from shared.devtools.feedback_eval import run_feedback_eval
-from shared.devtools.ranker import CaseRows, case_rows
+from shared.devtools.ranker import CaseRows, RankerCv, case_rows
 from shared.devtools.ranker import explain as ranker_explain
 from shared.devtools.ranker import fit as ranker_fit
 from shared.devtools.ranker import leave_one_repo_out as ranker_cv
@@ -56,6 +58,7 @@ from shared.notify import feedback
 from shared.retrieve.hybrid import Fusion
 from shared.retrieve.keywords import BM25Index
 from shared.retrieve.priors import PathPrior
+from shared.retrieve.ranker import LinearModel, load_model
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class EvalOptions:
     cv: str | None
     vector_store: str = "memory"  # or chroma, pgvector: the vector signal from that store
     explain: str | None = None  # a case id: its candidates' features and scores
+    save_ranker: Path | None = None  # with cv: write the ranker fit on every case here
 
 
 def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err: Console) -> int:
@@ -104,11 +108,15 @@ def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err
         if opts.explain and opts.explain not in counted:
             raise ValueError(f"--explain {opts.explain!r}: no such case among --cases")
         emb = make_embedder(opts.embedder, max_seq_length=opts.max_seq_length)
+        ranker, wanted = _ranker_for(settings, wanted, opts, err)
     except (OSError, ValueError, PermanentError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         return 2
     if opts.cv not in (None, "repo"):
         err.print(f"[red]--cv {opts.cv}: only 'repo' (leave one repository out) is known")
+        return 2
+    if opts.save_ranker and not opts.cv:
+        err.print("[red]--save-ranker needs --cv repo (the model is fit there)")
         return 2
     if (opts.cv or opts.explain) and "all" not in wanted:
         wanted.append("all")  # the signals the cross-validation re-fuses come from it
@@ -141,6 +149,7 @@ def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err
             followup_rounds=settings.analysis_rounds,
             followup_budget=settings.analysis_tool_chars,
             vector_store=store,
+            ranker=ranker,
         )
     except (PermanentError, TransientError) as exc:
         err.print(f"[red]error:[/red] {exc}")
@@ -148,8 +157,23 @@ def run_eval_command(settings: Settings, opts: EvalOptions, *, out: Console, err
     finally:
         cache.close()
     _print_report(report, None if opts.cv else opts.json_out, out=out, err=err)
-    _print_after(settings, opts, collector, report.to_json(), out=out, err=err)
-    return 0
+    return _print_after(settings, opts, collector, report.to_json(), out=out, err=err)
+
+
+def _ranker_for(
+    settings: Settings, wanted: list[str], opts: EvalOptions, err: Console
+) -> tuple[LinearModel | None, list[str]]:
+    """The model the learned mode orders with (none: that mode not asked for). With no model
+    yet and --save-ranker, which writes one, the learned mode is left out instead of failing."""
+    if not any(base_mode(m) == LEARNED_MODE for m in wanted):
+        return None, wanted
+    try:
+        return load_model(settings.ranker_model), wanted
+    except ValueError as exc:
+        if not opts.save_ranker:
+            raise
+        err.print(f"the learned mode is left out: {exc}", highlight=False, markup=False)
+        return None, [m for m in wanted if base_mode(m) != LEARNED_MODE]
 
 
 def _print_after(
@@ -160,12 +184,15 @@ def _print_after(
     *,
     out: Console,
     err: Console,
-) -> None:
-    """What the collected signals show: the cross-validation, one case explained."""
+) -> int:
+    """What the collected signals show: the cross-validation, one case explained; the exit
+    code (2: a ranker asked for with --save-ranker could not be fit)."""
+    rc = 0
     if opts.cv:
-        _print_cv(settings, collector, summary, opts.json_out, out=out, err=err)
+        rc = _print_cv(settings, collector, summary, opts, out=out, err=err)
     if opts.explain:
         _print_explain(settings, collector, opts.explain, out=out, err=err)
+    return rc
 
 
 def _ranker_rows(settings: Settings, collector: Collector) -> list[CaseRows]:
@@ -256,25 +283,34 @@ def _print_cv(
     settings: Settings,
     collector: Collector,
     summary: dict[str, Any],
-    json_out: Path | None,
+    opts: EvalOptions,
     *,
     out: Console,
     err: Console,
-) -> None:
+) -> int:
     """The leave-one-repo-out tables (fusion, each repository, the follow-up mode); the JSON
-    with every case's held-out scores if asked."""
+    with every case's held-out scores, and the ranker fit on every case, if asked."""
+    json_out = opts.json_out
     base = Fusion(rrf_k=settings.rrf_k)
     crossed = leave_one_repo_out(
         collector.cases, base, settings.demote_paths, settings.demote_weight,
         settings.candidate_depth,
     )  # fmt: skip
     rows = list(crossed.rows)
+    learned = None
+    rc = 0
     try:
         learned = ranker_cv(_ranker_rows(settings, collector))
-    except ImportError:
-        err.print("the learned ranker needs scikit-learn (the eval extra): not scored")
+    except (ImportError, ValueError) as exc:
+        why = "needs scikit-learn (the eval extra)" if isinstance(exc, ImportError) else exc
+        err.print(f"the learned ranker is not scored: {why}", highlight=False, markup=False)
+        rc = 2 if opts.save_ranker else 0  # asked for a model, and none was written
     else:
         rows += learned.rows()
+        if opts.save_ranker:
+            opts.save_ranker.parent.mkdir(parents=True, exist_ok=True)
+            opts.save_ranker.write_text(learned.model.to_json(), "utf-8")
+            err.print(f"wrote the ranker fit on every case to {opts.save_ranker}")
     out.print(render_cv(crossed, rows))
     out.print(f"chosen on every case: {crossed.in_sample.label()}", highlight=False)
     out.print(render_repos(crossed))
@@ -288,7 +324,25 @@ def _print_cv(
         weights = ", ".join(f"{r} {w:g}" for r, w in followed.chosen.items())
         out.print(f"lookup weight chosen with each repository held out: {weights}")
     if json_out:
-        summary = summary | {"cv": cv_json(crossed, collector.cases)}
+        cv = cv_json(crossed, collector.cases)
+        if learned is not None:
+            cv = with_ranker(cv, learned)
+        summary = summary | {"cv": cv}
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(json.dumps(summary, indent=1), "utf-8")
         err.print(f"wrote {json_out}", highlight=False)
+    return rc
+
+
+def with_ranker(cv: dict[str, Any], learned: RankerCv) -> dict[str, Any]:
+    """The cross-validation's JSON with the learned ranker's rows and each case's held-out
+    scores (``learned_held_out``) added."""
+    names = [f"recall@{k}" for k in KS] + ["mrr"]
+    rows = dict(cv["rows"]) | {
+        label: dict(zip(names, m, strict=True)) for label, m in learned.rows()
+    }
+    cases = [
+        c | {"learned_held_out": dict(zip(names, m, strict=True))}
+        for c, m in zip(cv["cases"], learned.held_out, strict=True)
+    ]
+    return cv | {"rows": rows, "cases": cases}

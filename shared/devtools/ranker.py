@@ -16,22 +16,20 @@ ranker*):
   the mean of Recall@1/3/5/10 and MRR (crossval's ``RULE``) with Recall@5 not below it.
 
 scikit-learn is needed to train only (the ``eval`` extra); a trained model is a few numbers
-(``LinearModel``), scored without it.
+(``LinearModel``, shared/retrieve/ranker.py), which the worker scores without it.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from shared.devtools.crossval import Metrics, Retrieved1, _mean, _metrics
 from shared.retrieve.features import FEATURES, FileFeatures, file_features
 from shared.retrieve.hybrid import Fusion, fuse
 from shared.retrieve.keywords import MAX_DEFINITIONS
+from shared.retrieve.ranker import TOP, LinearModel
 
-TOP = 30
 C = 1.0
 
 
@@ -49,47 +47,6 @@ class CaseRows:
         return [int(f.path in self.gold) for f in self.files]
 
 
-@dataclass(frozen=True)
-class LinearModel:
-    """Standardise, then a dot product: what a trained logistic regression scores with."""
-
-    features: tuple[str, ...]
-    mean: tuple[float, ...]
-    scale: tuple[float, ...]
-    coef: tuple[float, ...]
-    intercept: float
-
-    def score(self, values: Sequence[float]) -> float:
-        return self.intercept + sum(
-            c * (v - m) / s
-            for c, v, m, s in zip(self.coef, values, self.mean, self.scale, strict=True)
-        )
-
-    def contributions(self, values: Sequence[float]) -> list[float]:
-        """Each feature's share of the score (its standardised value times its weight)."""
-        return [
-            c * (v - m) / s
-            for c, v, m, s in zip(self.coef, values, self.mean, self.scale, strict=True)
-        ]
-
-    def to_json(self) -> str:
-        return json.dumps(self.__dict__, indent=1)
-
-    @classmethod
-    def load(cls, path: Path) -> LinearModel:
-        raw = json.loads(path.read_text("utf-8"))
-        model = cls(
-            tuple(raw["features"]),
-            tuple(raw["mean"]),
-            tuple(raw["scale"]),
-            tuple(raw["coef"]),
-            float(raw["intercept"]),
-        )
-        if model.features != FEATURES:
-            raise ValueError(f"{path}: trained on other features than shared/retrieve/features")
-        return model
-
-
 def case_rows(
     cases: Sequence[Retrieved1],
     fusion: Fusion,
@@ -101,7 +58,7 @@ def case_rows(
     for c in cases:
         rankings = c.at(depth, cap)
         fused = fuse(rankings, fusion, prior)
-        files = file_features(rankings, fused, c.case.query, prior, top=TOP)
+        files = file_features(rankings, fused, c.text, prior, top=TOP)
         rest = [cand.path for cand in fused[TOP:]]
         out.append(CaseRows(c.repo, c.case.id, c.case.gold, files, rest))
     return out

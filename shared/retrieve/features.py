@@ -16,8 +16,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from shared.core.domain import Candidate
-from shared.retrieve.hybrid import Ranking
+from shared.core.domain import Candidate, ErrorEvent
+from shared.retrieve.fusion import Ranking
 
 SIGNAL_NAMES = ("vector", "bm25", "frames", "vendored", "symbols")
 PER_SIGNAL = ("rr", "chunks", "score")  # 1 / best rank, log(1 + chunks found), score / best
@@ -34,6 +34,19 @@ FEATURES: tuple[str, ...] = (
 )
 _WORDS = re.compile(r"[a-z][a-z0-9]+")
 _TEST = re.compile(r"(?:^|/)(?:tests?|testing)/|(?:^|/)test_[^/]*$|_test\.[a-z]+$")
+
+
+# What the text features read of an error, at most: a 64 KB trace costs ~1 ms to scan.
+ERROR_TEXT_MAX = 20_000
+
+
+def error_text(event: ErrorEvent) -> str:
+    """What the error says, whole (message, then trace, as intake redacted them): the text the
+    features look for a file's name and path words in. The query retrieval searches with is
+    shorter (shared/retrieve/query.py) and loses words the report had; the ranker was chosen
+    on this text (benchmarks/cases/README.md, *Learned ranker*: "the error text")."""
+    text = f"{event.message}\n{event.stacktrace}" if event.stacktrace else event.message
+    return text[:ERROR_TEXT_MAX]
 
 
 @dataclass(frozen=True)

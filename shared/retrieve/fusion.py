@@ -17,6 +17,9 @@ RRF_K = 60
 FILE_DECAY = 0.5
 CHUNKS_PER_FILE = 3  # a file scores its best few chunks
 
+# A signal's ranking: ("vector" | "bm25" | "frames" | "vendored" | "symbols", chunks best first).
+Ranking = tuple[str, list[ChunkHit]]
+
 
 def reciprocal_rank_fusion(
     rankings: Sequence[Sequence[ChunkHit]],

@@ -5,14 +5,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from shared.core.domain import Candidate, ChunkHit, Frame
 from shared.core.errors import TracehoundError, TransientError
 from shared.intake.frames import PathMapper
-from shared.retrieve.fusion import FILE_DECAY, RRF_K, group_by_file, reciprocal_rank_fusion
+from shared.retrieve.fusion import (
+    FILE_DECAY,
+    RRF_K,
+    Ranking,
+    group_by_file,
+    reciprocal_rank_fusion,
+)
 from shared.retrieve.keywords import KeywordIndex
 from shared.retrieve.query import named_symbols
+from shared.retrieve.ranker import LinearModel, learned_order
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -56,10 +63,6 @@ class Fusion:
         if signal == "vendored":
             return self.frames * VENDORED_WEIGHT
         return float(getattr(self, signal))
-
-
-# A signal's ranking: ("vector" | "bm25" | "frames" | "vendored" | "symbols", chunks best first).
-Ranking = tuple[str, list[ChunkHit]]
 
 
 def fuse(
@@ -130,6 +133,7 @@ class Retrieved:
     notes: list[str] = field(default_factory=list)
     own_frames: int = 0  # chunks at frames of the trace in the repo's own (not vendored) code
     rankings: list[Ranking] = field(default_factory=list)  # what was fused (the eval refuses)
+    ranked_by: Literal["fusion", "learned"] = "fusion"  # learned: the model ordered them
 
 
 Run = Callable[[str, str, Callable[[], Any]], Any]
@@ -183,6 +187,8 @@ def hybrid_retrieve(
     frame_weight: float = FRAME_WEIGHT,
     prior: Callable[[str], float] | None = None,
     fusion: Fusion | None = None,
+    ranker: LinearModel | None = None,
+    error_text: str | None = None,
 ) -> Retrieved:
     """Dense, BM25, stack-frame and named-symbol candidates fused by reciprocal rank, then
     grouped per file (weighted by ``prior``, e.g. :class:`shared.retrieve.priors.PathPrior`).
@@ -192,6 +198,11 @@ def hybrid_retrieve(
     ``locator``, by default
     the keyword index when it can. ``signals`` picks which of vector, bm25, frames and symbols
     take part (the eval compares them).
+
+    ``ranker``: a learned model (shared/retrieve/ranker.py) puts the fused first files in its
+    order, reading ``error_text`` (shared/retrieve/features.py ``error_text``; default: the
+    query) for the files' names; without one, or when it cannot score, the fusion's order
+    stands (``ranked_by`` says which).
 
     A retriever failing for good (PermanentError) is left out and noted; a transient failure is
     raised for the task to retry, except with ``degrade`` (the last attempt), where it is noted
@@ -229,4 +240,12 @@ def hybrid_retrieve(
         notes.append("retrieval: failed, no code context was found")
         return Retrieved([], notes)
     fusion = fusion or Fusion(frames=frame_weight, rrf_k=rrf_k)
-    return Retrieved(fuse(rankings, fusion, prior), notes, own_frames, rankings)
+    fused = fuse(rankings, fusion, prior)
+    if ranker is None:
+        return Retrieved(fused, notes, own_frames, rankings)
+    try:
+        ordered = learned_order(ranker, rankings, fused, error_text or text, prior)
+    except ValueError as exc:  # a model that cannot score these files: the fusion's order
+        log.warning("retrieve.ranker_failed", extra={"repo": repo, "reason": str(exc)[:300]})
+        return Retrieved(fused, notes, own_frames, rankings)
+    return Retrieved(ordered, notes, own_frames, rankings, ranked_by="learned")

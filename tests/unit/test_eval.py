@@ -19,6 +19,8 @@ from shared.devtools.eval import (
     run_eval,
     summarize,
 )
+from shared.retrieve.features import FEATURES
+from shared.retrieve.ranker import LinearModel, load_model
 
 
 def test_recall_and_reciprocal_rank_arithmetic() -> None:
@@ -115,7 +117,11 @@ def test_eval_ranks_files_per_mode_and_skips_a_missing_corpus(
 ) -> None:
     cases = load_cases(cases_file(tmp_path))
     cache = EmbeddingCache(tmp_path / "cache" / "vectors.sqlite")
-    report = run_eval(cases, corpora, embedder=SimulatorEmbedder(), cache=cache)
+    # the learned mode orders with a model that reads test paths only: tests first
+    n = len(FEATURES)
+    likes_tests = tuple(1.0 if f == "test_path" else 0.0 for f in FEATURES)
+    model = LinearModel(FEATURES, (0.0,) * n, (1.0,) * n, likes_tests, 0.0)
+    report = run_eval(cases, corpora, embedder=SimulatorEmbedder(), cache=cache, ranker=model)
     assert report.skipped == [{"id": "t-3", "reason": f"corpus missing: {corpora / 'gone-9'}"}]
     assert set(report.summary) == set(BASE_MODES)
     by_id = {row["id"]: row for row in report.cases}
@@ -136,6 +142,13 @@ def test_eval_ranks_files_per_mode_and_skips_a_missing_corpus(
         assert report.summary[mode]["mrr"] == pytest.approx(sum(r["rr"] for r in rows) / 2)
     assert report.summary["frames"]["mrr"] == pytest.approx(0.5)
     assert report.summary["hybrid+frames"]["recall@1"] == 1.0
+    for row in (by_id["t-1"], by_id["t-2"]):
+        fused, learned = row["modes"]["all"]["files"], row["modes"]["learned"]["files"]
+        assert sorted(fused) == sorted(learned)
+        assert fused[0] != "tests/test_pricing.py"  # the fusion's prior demotes it
+        assert learned == ["tests/test_pricing.py"] + [f for f in fused if f != learned[0]]
+    with pytest.raises(ValueError, match="needs a ranker"):
+        run_eval(cases, corpora, embedder=SimulatorEmbedder(), cache=cache)
     cache.close()
 
 
@@ -295,6 +308,17 @@ def test_cli_cross_validation_reports_each_repository_and_writes_each_held_out_c
     by_id = {c["id"]: c for c in written["cases"]}
     for c in cv["cases"]:
         assert c["default"]["mrr"] == pytest.approx(by_id[c["id"]]["modes"]["all"]["rr"])
+    # the learned ranker is scored beside the fusion, and the model fit on every case written
+    assert "learned ranker, cross-validated: leave one repo out" in cv["rows"]
+    metrics = {"recall@1", "recall@3", "recall@5", "recall@10", "mrr"}
+    assert all(set(c["learned_held_out"]) == metrics for c in cv["cases"])
+    model = tmp_path / "model.json"
+    saved = CliRunner().invoke(cli, [*args, "--save-ranker", str(model)])
+    assert saved.exit_code == 0, saved.output
+    assert load_model(model).features == FEATURES
+    no_cv = [a for a in args if a not in ("--cv", "repo")] + ["--save-ranker", str(model)]
+    refused = CliRunner().invoke(cli, no_cv)
+    assert refused.exit_code == 2 and "--save-ranker needs --cv repo" in refused.output
 
 
 def test_the_follow_up_cross_validation_reproduces_the_follow_up_mode(

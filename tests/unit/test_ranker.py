@@ -3,20 +3,27 @@ repository, and what --explain shows."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
+import os
 import random
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from shared.core.domain import ChunkHit
-from shared.devtools.crossval import Collector
-from shared.devtools.eval import Case
-from shared.devtools.ranker import LinearModel, case_rows, explain, fit, leave_one_repo_out
-from shared.retrieve.features import FEATURES, file_features
-from shared.retrieve.hybrid import Fusion, fuse
+from shared.core.domain import ChunkHit, ErrorEvent
+from shared.devtools.crossval import Collector, Retrieved1
+from shared.devtools.eval import Case, MemoryIndex, SimulatorEmbedder, embed_chunks, run_eval
+from shared.devtools.ranker import case_rows, explain, fit, leave_one_repo_out, ranked
+from shared.index.chunking import chunk_file
+from shared.retrieve.features import ERROR_TEXT_MAX, FEATURES, error_text, file_features
+from shared.retrieve.hybrid import Fusion, fuse, hybrid_retrieve
+from shared.retrieve.keywords import MAX_DEFINITIONS
 from shared.retrieve.priors import PathPrior
+from shared.retrieve.ranker import LinearModel, load_model
+from tests.unit.test_eval import TRACE, corpora_at
 
 
 def hits(*paths: str, score: float = 1.0) -> list[ChunkHit]:
@@ -118,3 +125,147 @@ def test_explain_shows_each_candidates_features_and_marks_the_fix() -> None:
     buffer = io.StringIO()
     Console(file=buffer, width=400).print(explain(None, rows[0]))
     assert "┃ score ┃" not in buffer.getvalue()  # features only, no model
+
+
+def test_training_scores_the_order_retrieval_gives(tmp_path: Path) -> None:
+    """What the ranker is fit and cross-validated on (``case_rows``, ``ranked``) is the order
+    retrieval with the model gives (the eval's learned mode runs ``hybrid_retrieve`` as the
+    worker does): the same error text (the whole report, which names inventory past what the
+    composed query keeps) and the signals in the same order."""
+    corpora = corpora_at(tmp_path)
+    report = TRACE + "\n" + "The cart page was open for a while. " * 120 + "inventory?\n"
+    case = Case(id="long", corpus="shop-1.0", query=report, gold=("shop/pricing.py",))
+    n = len(FEATURES)
+    # a probe, not a good model: it ranks files whose name the text holds last, so which text
+    # the features read decides the first file
+    shuns_names = tuple(-20.0 if f == "name_in_text" else 0.0 for f in FEATURES)
+    model = LinearModel(FEATURES, (0.0,) * n, (1.0,) * n, shuns_names, 0.0)
+    prior = PathPrior(["tests/", "docs/"], 0.15)
+    collect = Collector()
+    found = run_eval(
+        [case], corpora, embedder=SimulatorEmbedder(), modes=["all", "learned"],
+        prior=prior, on_case=collect, ranker=model, collect_caps=(MAX_DEFINITIONS,),
+    )  # fmt: skip
+    [row] = case_rows(collect.cases, Fusion(), prior, depth=50)
+    learned = found.cases[0]["modes"]["learned"]["files"]
+    assert learned == ranked(model, row)[: len(learned)]
+    # the whole report names inventory, pricing and api: the files it does not name lead
+    assert learned[0] in ("tests/test_pricing.py", "docs/index.rst")
+
+
+def index(files: dict[str, str]) -> MemoryIndex:
+    chunks = [c for path, text in files.items() for c in chunk_file("shop", path, text)]
+    return MemoryIndex(chunks, embed_chunks(chunks, SimulatorEmbedder(), None))
+
+
+SHOP = {
+    "shop/pricing.py": "def apply_discount(total, count):\n    return total / count\n",
+    "shop/api.py": "from shop.pricing import apply_discount\n\n\ndef handle(cart):\n"
+    "    return apply_discount(cart.total, cart.count)\n",
+    "tests/test_pricing.py": "from shop.pricing import apply_discount\n\n\n"
+    "def test_apply_discount():\n    assert apply_discount(10, 2) == 5\n",
+    # files the error does not touch, so that its words are rare enough for BM25 to score
+    **{f"shop/other{i}.py": f"def unrelated_{i}(x):\n    return x + {i}\n" for i in range(8)},
+}
+
+
+def one_feature_model(name: str, weight: float) -> LinearModel:
+    """A model that scores one feature only: its order is known without training."""
+    n = len(FEATURES)
+    coef = tuple(weight if f == name else 0.0 for f in FEATURES)
+    return LinearModel(FEATURES, (0.0,) * n, (1.0,) * n, coef, 0.0)
+
+
+def test_retrieval_with_a_ranker_puts_its_choice_first_and_falls_back_to_the_fusion() -> None:
+    idx = index(SHOP)
+    text = "ZeroDivisionError in apply_discount total count"
+
+    def retrieve(ranker: LinearModel | None) -> tuple[list[str], str]:
+        found = hybrid_retrieve("shop", text, None, vectors=idx, keywords=idx, ranker=ranker)
+        return [c.path for c in found.candidates], found.ranked_by
+
+    fused, how = retrieve(None)
+    assert how == "fusion" and fused[0] != "tests/test_pricing.py"
+    # a model that likes test paths puts the test first: the ranker's order is what is returned
+    learned, how = retrieve(one_feature_model("test_path", 5.0))
+    assert how == "learned" and learned[0] == "tests/test_pricing.py"
+    assert sorted(learned) == sorted(fused)
+    # a model whose score overflows cannot order anything: the fusion's order stands
+    overflowing = dataclasses.replace(one_feature_model("prior", 1e308), intercept=1e308)
+    broken, how = retrieve(overflowing)
+    assert how == "fusion" and broken == fused
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\xff", "not UTF-8"),
+        (b"{not json", "not a ranker model"),
+        (b'{"features": []}', "not a ranker model"),
+        (b"x" * 70_000, "over 64000 bytes"),
+        (b"[" * 60_000, "RecursionError"),
+        (b'{"intercept": 1' + b"0" * 400 + b"}", "not a ranker model"),
+    ],
+)
+def test_a_file_that_is_not_a_model_is_refused_with_its_name(
+    tmp_path: Path, content: bytes, says: str
+) -> None:
+    path = tmp_path / "model.json"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=says) as caught:
+        load_model(path)
+    assert str(path) in str(caught.value)
+
+
+def test_a_path_that_is_no_file_is_refused_without_opening_it(tmp_path: Path) -> None:
+    fifo = tmp_path / "model.json"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer forever
+    for path in (fifo, tmp_path, tmp_path / "missing.json"):
+        with pytest.raises(ValueError, match="no such file"):
+            load_model(path)
+
+
+def test_a_model_of_the_wrong_shape_or_with_bad_numbers_is_refused(tmp_path: Path) -> None:
+    good = one_feature_model("prior", 1.0)
+    for change, says in [
+        ({"coef": good.coef[:-1]}, "one mean, scale and weight"),
+        ({"scale": (0.0,) * len(FEATURES)}, "scales must be positive"),
+        ({"intercept": float("nan")}, "finite"),
+        ({"scale": (1e-320,) * len(FEATURES)}, "weight over its scale"),
+    ]:
+        raw = json.loads(good.to_json()) | change
+        path = tmp_path / "model.json"
+        path.write_text(json.dumps(raw))
+        with pytest.raises(ValueError, match=says):
+            load_model(path)
+
+
+def test_the_shipped_model_loads_and_reads_todays_features() -> None:
+    """A stale model (features added or renamed since it was fit) fails here, not in a
+    worker, where it would only log ranker.unusable and fall back."""
+    model = load_model(None)
+    assert model.features == FEATURES
+    assert any(model.coef) and LinearModel.from_json(model.to_json(), "again") == model
+
+
+def test_recollected_symbols_keep_the_place_retrieval_gives_them() -> None:
+    """The fusion breaks ties by the rankings' order: the cross-validation's re-fused rankings
+    (symbols under another cap) are in the order hybrid_retrieve makes them."""
+    idx = index(SHOP)
+    text = "ZeroDivisionError in apply_discount total count"
+    vector = SimulatorEmbedder().embed([text])[0]
+    found = hybrid_retrieve("shop", text, vector, vectors=idx, keywords=idx)
+    order = [s for s, _ in found.rankings]
+    assert "symbols" in order and order.index("symbols") < order.index("vector")
+    symbols = dict(found.rankings)["symbols"]
+    without = [(s, hits) for s, hits in found.rankings if s != "symbols"]
+    case = Case(id="c", corpus="shop-1.0", query=text, gold=("shop/pricing.py",))
+    again = Retrieved1(case, "shop", without, {MAX_DEFINITIONS: symbols})
+    assert [s for s, _ in again.at(50, MAX_DEFINITIONS)] == order
+
+
+def test_the_error_text_is_the_whole_report_within_a_bound() -> None:
+    event = ErrorEvent(service="s", repo="r", message="KeyError: 'sku'", stacktrace="x" * 1_000_000)
+    text = error_text(event)
+    assert text.startswith("KeyError: 'sku'\nxxx") and len(text) == ERROR_TEXT_MAX
+    assert error_text(event.model_copy(update={"stacktrace": ""})) == "KeyError: 'sku'"

@@ -38,6 +38,7 @@ from shared.notify.claims import ClaimHeld
 from shared.notify.courier import Paced
 from shared.notify.delivery import deliver
 from shared.retrieve.evidence import judge
+from shared.retrieve.features import error_text
 from shared.retrieve.hybrid import hybrid_retrieve
 from shared.retrieve.query import compose_query
 from workers import context, metrics
@@ -123,11 +124,15 @@ def retrieve(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
             prior=ctx.prior,
             # An SDK's own frames (in-app first) when it sent them; else those the query names.
             frames=(inv.event.trace.sdk_frames if inv.event.trace else ()) or inv.query_frames,
+            ranker=ctx.ranker,
+            error_text=error_text(inv.event),
         )
     except TransientError as exc:
         raise retry(self, exc) from exc
     if found.notes:
         metrics.fallback("retrieve")
+    if ctx.settings.ranker == "learned" and found.ranked_by != "learned" and found.candidates:
+        metrics.fallback("ranker")
     inv = inv.model_copy(
         update={
             "recalled": _recall(inv, ctx),
