@@ -290,7 +290,7 @@ def leave_one_repo_out(
     best_all = _best(metrics, everyone, rule)
     defaults = metrics[settings.index(default)]
     rows = [
-        ("default (what the pipeline runs)", _mean(defaults)),
+        ("default (the fusion the ranker reorders)", _mean(defaults)),
         ("in-sample: chosen on every case", _mean(metrics[best_all])),
         ("cross-validated: leave one repo out", _mean(held_out[rule])),
     ]

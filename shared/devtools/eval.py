@@ -642,7 +642,7 @@ def _hand_signals(
     follow: Follow,
     text: str,
 ) -> None:
-    """The signals of what the pipeline runs (mode ``all``) for crossval.py: as retrieved, or
+    """The signals the pipeline fuses (mode ``all``) for crossval.py: as retrieved, or
     retrieved ``again`` ``collect_depth`` deep; how to run the case's lookups; the error's
     text as the ranker reads it."""
     if on_case is None or mode != "all":

@@ -66,7 +66,7 @@ def test_a_shallower_depth_is_the_rankings_cut_short_and_a_cap_swaps_the_symbols
     # The fix is 61st in both retrievers: only the settings 100 deep can find it at all.
     report = leave_one_repo_out(collect.cases, Fusion(), [], 1.0)
     assert "depth 100" in report.in_sample.label()
-    assert dict(report.rows)["default (what the pipeline runs)"][-1] == 0.0  # 50 deep
+    assert dict(report.rows)["default (the fusion the ranker reorders)"][-1] == 0.0  # 50 deep
 
 
 def test_frames_as_a_boost_only_raise_files_another_signal_found() -> None:

@@ -300,7 +300,7 @@ def test_cli_cross_validation_reports_each_repository_and_writes_each_held_out_c
     written = json.loads(out.read_text())
     cv = written["cv"]
     assert cv["rule"] == "mean" and set(cv["chosen"]) == {"shop", "store"}
-    assert cv["rows"]["default (what the pipeline runs)"] == pytest.approx(
+    assert cv["rows"]["default (the fusion the ranker reorders)"] == pytest.approx(
         {k: v for k, v in written["summary"]["all"].items() if k != "cases"}
     )
     assert [c["id"] for c in cv["cases"]] == ["t-1", "t-2", "s-t-1", "s-t-2"]
