@@ -192,6 +192,9 @@ class Intake:
         pipe = r.pipeline(transaction=False)
         waiting = False
         drain_in = deferred.DRAIN_EVERY_S
+        # A deferred group is ranked by its count after the whole batch: the batch was counted
+        # before it started, so the counting script had no waiting group's rank to raise.
+        counted = {fp: occ.count for (_, fp), occ in zip(prepared, occurrences, strict=True)}
         for i in opened:
             (event, fp), occ = prepared[i], occurrences[i]
             if i in admitted:
@@ -211,7 +214,7 @@ class Intake:
                         drain_in = max(drain_in, self.settings.incident_settle)
                     deferred.defer(
                         pipe, fp, queue, message, last_id=last_id, now_ms=occ.last_seen,
-                        reason=reason, count=occ.count, settle_until_ms=settle,
+                        reason=reason, count=counted[fp], settle_until_ms=settle,
                     )  # fmt: skip
                     waiting = True
             pipe.hset(keys.group(fp), "started", occ.window_start)

@@ -21,7 +21,7 @@ from shared.devtools import outage
 from shared.groups import deferred
 from shared.groups.incidents import incident_of, load
 from shared.groups.submit import Intake
-from shared.intake.events import parse_event
+from shared.intake.events import ErrorEvent, parse_event
 from shared.intake.fingerprint import fingerprint
 from tests.conftest import DATA
 from tests.integration.test_cli import run_cli
@@ -217,6 +217,24 @@ def test_a_waiting_groups_rank_follows_its_count_and_ties_go_to_the_longest_wait
     # 3 and 4 have one event each: the one waiting longer (3) goes first.
     taken = [deferred.take_next(fresh_redis) for _ in range(3)]
     assert taken == [(fp[5], 4), (fp[3], 1), (fp[4], 1)]
+
+
+def test_a_group_waiting_from_one_batch_is_ranked_by_all_its_events_in_it(
+    capped_intake: Intake, fresh_redis: redis.Redis
+) -> None:
+    """An ingest request is one batch: a group whose first event comes early and whose other
+    events come later in the same batch waits with all of them counted in its rank."""
+
+    def kind(n: int) -> ErrorEvent:
+        return parse_event(TRACE.replace("ZeroDivisionError", f"Kind{n}Error"),
+                           service="busy", repo="shop")  # fmt: skip
+
+    fp = {n: fingerprint(kind(n)).value for n in range(6)}
+    # Three start, three wait: 3 (first of the waiting, one event), 4 (six events), 5 (two).
+    batch = [kind(n) for n in range(6)] + [kind(4) for _ in range(5)] + [kind(5)]
+    capped_intake.submit_many(batch)
+    taken = [deferred.take_next(fresh_redis) for _ in range(3)]
+    assert taken == [(fp[4], 6), (fp[5], 2), (fp[3], 1)]
 
 
 def test_the_backlog_drops_what_waited_too_long_and_the_least_frequent_past_its_bound(
