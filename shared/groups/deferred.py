@@ -36,6 +36,10 @@ RANK_PAGES = 8
 # The drain token outlives a few drain intervals: a drain message lost with its worker is
 # replaced by the next deferral once it expires.
 DRAIN_TOKEN_S = 30
+# How long an incident's other groups wait for its lead's message once the lead has started:
+# as long as a delivery claim lives (shared/notify/courier.py, ``claim_ttl_s``), after which a
+# lead that never delivered no longer holds them back.
+LEAD_WAIT_S = 90.0
 
 # KEYS: deferred zset, messages hash, in-flight hash (as every script below). Start one
 # waiting group's chain, and record it in flight as intake would have.
@@ -62,22 +66,37 @@ local function count(fp)
 end
 """
 
-# KEYS[4]: the settling incidents, KEYS[5]: the rank. The waiting group with the most events
-# (ties: the longest waiting) of those whose incident has settled: read from the top of the
-# rank, a page at a time, for at most ARGV[2] pages of ARGV[1].
+# KEYS[4]: the settling incidents, KEYS[5]: the rank; ARGV: page, pages, lead wait (ms). The
+# waiting group with the most events (ties: the longest waiting) of those whose incident has
+# settled and whose lead, once started, has posted the incident's message (or has had ARGV[3]
+# ms to: a lead whose run died does not hold its incident back for good): read from the top
+# of the rank, a page at a time, for at most ARGV[2] pages of ARGV[1]. A member started
+# beside its lead could deliver first and become the incident's message.
 _TAKE = (
     _START
     + """
-local any_settling = redis.call('ZCARD', KEYS[4]) > 0
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local page = tonumber(ARGV[1])
+local function held(fp)
+  local incident = redis.call('HGET', 'th:group:' .. fp, 'incident')
+  if not incident then
+    return false
+  end
+  if redis.call('ZSCORE', KEYS[4], incident) then
+    return true  -- still settling: its lead starts first
+  end
+  local lead = redis.call('HMGET', 'th:incident:' .. incident, 'lead_started', 'msg_ts')
+  local started = tonumber(lead[1])
+  return started ~= nil and not lead[2] and now - started < tonumber(ARGV[3])
+end
 for p = 0, tonumber(ARGV[2]) - 1 do
   local top = redis.call('ZREVRANGE', KEYS[5], p * page, (p + 1) * page - 1)
   if #top == 0 then
     return nil
   end
   for _, fp in ipairs(top) do
-    local incident = any_settling and redis.call('HGET', 'th:group:' .. fp, 'incident')
-    if not (incident and redis.call('ZSCORE', KEYS[4], incident)) then
+    if not held(fp) then
       local n = count(fp)
       start(fp)
       return {fp, n}
@@ -138,6 +157,7 @@ for _, incident in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)) do
   end
   if best then
     start(best)
+    redis.call('HSET', 'th:incident:' .. incident, 'lead_started', now)
     table.insert(out, best)
     table.insert(out, best_count)
   end
@@ -213,10 +233,14 @@ _KEYS = (
 )
 
 
-def take_next(r: redis.Redis) -> tuple[str, int] | None:
+def take_next(r: redis.Redis, *, lead_wait_s: float = LEAD_WAIT_S) -> tuple[str, int] | None:
     """Start the waiting group with the most events: (fingerprint, its count), or None. A
-    group of an incident still settling is not taken: its incident starts first."""
-    reply = r.register_script(_TAKE)(keys=list(_KEYS), args=[RANK_PAGE, RANK_PAGES])
+    group of an incident still settling is not taken (its incident starts first), nor one
+    whose incident's lead has started but not posted the incident's message, for up to
+    ``lead_wait_s`` after the lead started."""
+    reply = r.register_script(_TAKE)(
+        keys=list(_KEYS), args=[RANK_PAGE, RANK_PAGES, int(lead_wait_s * 1000)]
+    )
     if not reply:
         return None
     fp, count = reply

@@ -21,8 +21,10 @@ Keys (``{id}`` a sequence number):
   th:incident:cause:{digest}  the open incident of a cause (expires with the window)
   th:incident:cap:{digest}    the open cap batch of a service (expires with the cap window)
   th:incident:{id}            hash: cause (a cap batch: the service), kind (cause, cap),
-                              opened_at, lead, poster, poster_at, msg_channel, msg_ts,
-                              msg_target; a cap batch: cap, cap_window_s
+                              opened_at, lead, lead_started (when it was started: the
+                              other groups wait for its message), poster, poster_at,
+                              msg_channel, msg_ts, msg_target; a cap batch: cap,
+                              cap_window_s
   th:incident:{id}:groups     sorted set: member fingerprints by when they joined
   th:incident:{id}:labels     hash: fingerprint -> "service · exception at file" (the list)
   th:newgroups:{service}      new analyses started in the service's current cap window
@@ -138,6 +140,9 @@ if (tonumber(ARGV[6]) > 0 and n > tonumber(ARGV[6]))
 end
 if ARGV[10] == '1' and incident ~= '' then
   return 'defer:' .. incident .. ':settle'
+end
+if incident ~= '' then  -- its lead runs now: its other groups wait for its message
+  redis.call('HSET', 'th:incident:' .. incident, 'lead_started', now)
 end
 return 'run:' .. incident
 """

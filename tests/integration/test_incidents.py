@@ -91,7 +91,15 @@ def test_an_outage_starts_its_most_frequent_group_first_and_keeps_every_other_co
     assert n == counts[lead] == max(counts.values()) and lead != fps[0]
     assert fresh_redis.llen("embed") == 2 and deferred.settling(fresh_redis) == 0
 
-    # Later, the most frequent waiting group starts next, then the next, each once.
+    # Its other groups wait for the lead's message: started beside it, one could deliver
+    # first and become the incident's message. A lead that never posts holds them back only
+    # for a while.
+    assert deferred.take_next(fresh_redis) is None
+    assert deferred.take_next(fresh_redis, lead_wait_s=60) is None
+    assert fresh_redis.llen("embed") == 2
+    fresh_redis.hset(keys.incident(incident or ""), "msg_ts", "1700000000.000100")
+
+    # Once it has posted, the most frequent waiting group starts next, then the next, each once.
     rest = []
     while (taken := deferred.take_next(fresh_redis)) is not None:
         rest.append(taken)
@@ -100,6 +108,24 @@ def test_an_outage_starts_its_most_frequent_group_first_and_keeps_every_other_co
     assert [n for _, n in rest] == sorted((n for _, n in rest), reverse=True)
     assert fresh_redis.llen("embed") == 2 + 11
     assert deferred.backlog(fresh_redis).waiting == 0
+
+
+def test_an_incident_whose_lead_runs_at_once_holds_its_other_groups_until_it_posts(
+    fresh_redis: redis.Redis, private_redis_url: str
+) -> None:
+    """Settle off: the lead starts at admission; its other groups wait for its message, and
+    for no longer than the lead wait (a lead that never delivered)."""
+    for intake in _intake(
+        private_redis_url, fresh_redis, incident_window=300, incident_settle=0,
+        max_new_groups=0,
+    ):  # fmt: skip
+        events = list(outage.events(1, 3, 9, repo="shop"))
+        intake.submit_many(events)
+        assert fresh_redis.llen("embed") == 1  # the lead, at once
+        assert deferred.backlog(fresh_redis).waiting == 2
+        assert deferred.take_next(fresh_redis) is None
+        taken = deferred.take_next(fresh_redis, lead_wait_s=0)  # the lead's run died
+        assert taken is not None and fresh_redis.llen("embed") == 2
 
 
 def test_a_repeat_of_a_waiting_group_only_counts(

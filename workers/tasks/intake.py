@@ -44,9 +44,10 @@ def intake_batch(self: Any, payload: dict[str, Any]) -> dict[str, int]:
 
 @app.task(**task_options(q.DRAIN_DEFERRED))
 def drain_deferred(self: Any) -> dict[str, Any]:
-    """Start each settled incident's most frequent group, or else the deferred backlog's group
-    with the most events when no analysis is queued; come back every ``DRAIN_EVERY_S`` while
-    groups wait (shared/groups/deferred.py)."""
+    """Start each settled incident's most frequent group, and the deferred backlog's group with
+    the most events when no analysis is queued (not a member of an incident whose lead has not
+    posted yet); come back every ``DRAIN_EVERY_S`` while groups wait
+    (shared/groups/deferred.py)."""
     r = context.clients().redis
     s = context.settings()
     dropped = deferred.trim(r, ttl_s=s.deferred_ttl, max_waiting=s.max_deferred)
@@ -54,9 +55,7 @@ def drain_deferred(self: Any) -> dict[str, Any]:
         log.warning("deferred.dropped", extra={"groups": len(dropped), "first": dropped[0]})
         metrics.deferred_dropped(len(dropped))
     started = deferred.take_settled(r)
-    # An incident's first analysis just started: the host is not free, and a second group
-    # started beside it could deliver first and become the incident's message.
-    if not started and deferred.analyses_queued(r) == 0 and (taken := deferred.take_next(r)):
+    if deferred.analyses_queued(r) == 0 and (taken := deferred.take_next(r)) is not None:
         started.append(taken)
     for fp, count in started:
         log.info("deferred.started", extra={"fingerprint": fp, "count": count})
