@@ -1028,6 +1028,8 @@ class OllamaSimulator(LoopbackSimulator):
                 with self._lock:
                     exclusive = self._config.exclusive
                 with self._slot if exclusive else contextlib.nullcontext():
+                    with self._lock:  # when the host took it up: the time before was a queue
+                        h.entry["t_start"] = time.time()
                     return handler(h, path, body)
         return h.send_text(404, "404 page not found")
 
