@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -399,6 +400,26 @@ def test_an_unload_request_for_a_model_not_loaded_loads_nothing(
     assert sim.loaded_model == EMBED and sim.load_count == 1 and sim.unload_count == 0
     http.post(f"{sim.url}/api/generate", json={"model": EMBED, "keep_alive": 0})
     assert sim.loaded_model is None and sim.unload_count == 1 and sim.load_count == 1
+
+
+def test_an_exclusive_host_logs_when_it_took_each_request_up(
+    sim: OllamaSimulator, http: httpx.Client
+) -> None:
+    """One request at a time: the second of two sent together waits for the first, and its
+    log entry says when the host took it up (``t_start``), so a benchmark tells its queueing
+    from its service (benchmarks/host_scheduling.py)."""
+    sim.configure(exclusive=True, latency={"embed": 0.2})
+
+    def send(text: str) -> None:
+        with httpx.Client() as own:  # one connection each: they arrive together
+            _embed(own, sim, text).raise_for_status()
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(send, ["a", "b"]))
+    first, second = sorted(sim.requests_to("/api/embed"), key=lambda e: e["t_start"])
+    assert second["t_start"] >= first["t_end"] - 0.01  # not served side by side
+    assert second["t_start"] - second["t"] >= 0.15  # it queued for the first
+    assert all(e["t_end"] - e["t_start"] >= 0.2 for e in (first, second))
 
 
 def test_latency_is_applied_and_logged(sim: OllamaSimulator, http: httpx.Client) -> None:
