@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -181,16 +181,31 @@ class RedisCorpus:
         raw = self.r.hget(keys.corpus(repo, "files"), path)
         return json.loads(raw) if raw else []
 
+    def files_ids(self, repo: str, paths: Sequence[str]) -> list[list[str]]:
+        """``file_ids`` of several paths in one round trip, in their order."""
+        if not paths:
+            return []
+        raw = self.r.hmget(keys.corpus(repo, "files"), list(paths))
+        return [json.loads(v) if v else [] for v in raw]
+
     def paths(self, repo: str) -> set[str]:
         return {_text(p) for p in self.r.hkeys(keys.corpus(repo, "files"))}
 
     # --- writing -------------------------------------------------------------------------
 
-    def set_file_ids(self, repo: str, path: str, ids: Sequence[str]) -> None:
-        self.r.hset(keys.corpus(repo, "files"), path, json.dumps(list(ids)))
-
     def forget_file(self, repo: str, path: str) -> None:
         self.r.hdel(keys.corpus(repo, "files"), path)
+
+    def set_files(self, repo: str, ids_by_path: Mapping[str, Sequence[str]]) -> None:
+        """Record each path's chunk ids, in one round trip; a path with no ids is forgotten."""
+        kept: dict[Any, Any] = {p: json.dumps(list(ids)) for p, ids in ids_by_path.items() if ids}
+        gone = [p for p, ids in ids_by_path.items() if not ids]
+        pipe = self.r.pipeline(transaction=True)
+        if kept:
+            pipe.hset(keys.corpus(repo, "files"), mapping=kept)
+        if gone:
+            pipe.hdel(keys.corpus(repo, "files"), *gone)
+        pipe.execute()
 
     def _lock(self, repo: str) -> Any:
         lock = self.r.lock(keys.corpus(repo, "lock"), timeout=LOCK_TIMEOUT)

@@ -82,19 +82,31 @@ def store_chunks(
     return len(chunks)
 
 
-def finish_file(repo: str, plan: FilePlan, *, vectors: VectorIndex, corpus: RedisCorpus) -> None:
-    """After the new chunks are stored: drop the file's old chunks, record its new ids.
+def finish_files(
+    repo: str, plans: Sequence[FilePlan], *, vectors: VectorIndex, corpus: RedisCorpus
+) -> None:
+    """After the new chunks are stored: drop the files' old chunks, record their new ids.
 
     Stale ids are taken again at this point, not only at planning time: two saves planned
-    against the same old version must not leave the first save's chunks behind.
+    against the same old version must not leave the first save's chunks behind. Plans are
+    taken in order, so a path saved twice ends with its last save's ids, and a chunk its last
+    save holds is not dropped because an earlier save had dropped it (a file changed and
+    changed back). Every path's ids are read in one round trip and written in another: a
+    drain of the embedding backlog finishes up to a hundred files, and one round trip each
+    kept the model host waiting after every drain.
     """
-    stale = sorted((set(plan.stale) | set(corpus.file_ids(repo, plan.path))) - set(plan.chunk_ids))
+    if not plans:
+        return
+    paths = list(dict.fromkeys(p.path for p in plans))
+    current = dict(zip(paths, corpus.files_ids(repo, paths), strict=True))
+    dropped: set[str] = set()
+    for plan in plans:
+        dropped |= (set(plan.stale) | set(current[plan.path])) - set(plan.chunk_ids)
+        current[plan.path] = plan.chunk_ids
+    stale = sorted(dropped - {cid for ids in current.values() for cid in ids})
     vectors.delete(repo, stale)
     corpus.delete(repo, stale)
-    if plan.chunk_ids:
-        corpus.set_file_ids(repo, plan.path, plan.chunk_ids)
-    else:
-        corpus.forget_file(repo, plan.path)
+    corpus.set_files(repo, current)
 
 
 def remove_path(repo: str, path: str, *, vectors: VectorIndex, corpus: RedisCorpus) -> int:

@@ -15,10 +15,12 @@ from shared.core.pipeline import enqueue_file, enqueue_remove
 from shared.core.settings import Settings
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.corpus import RedisCorpus
+from shared.index.indexing import FilePlan, finish_files, plan_file, store_chunks
 from shared.index.owners import OwnersStore, owners_of
 from shared.index.reindex import index_repository
 from shared.index.vectors import ChromaVectorIndex
 from shared.intake.traces import parse_frames
+from shared.models.embedder import OllamaEmbedder
 from shared.retrieve.hybrid import frame_ranking
 from shared.retrieve.keywords import BM25Index
 from tests.conftest import model_not_pulled
@@ -290,6 +292,37 @@ def test_single_file_changes_are_embedded_several_per_request_and_each_gets_its_
     # Each chunk embedded once (mod_0's twice if its saves fell in two drains).
     assert n <= sum(len(r["body"]["input"]) for r in ours) <= n + 1
     assert len(ours) < n // 2  # several files per request (one each before the backlog)
+
+
+def test_a_file_changed_and_changed_back_in_one_drain_keeps_its_chunks(
+    settings: Settings,
+    chroma: ChromaVectorIndex,
+    corpus: RedisCorpus,
+    ollama_sim: OllamaSimulator,
+) -> None:
+    """Two saves of a file waiting in one drain of the embedding backlog, both planned against
+    its indexed text A: B, then A again. The file ends with A's chunks in both indexes, not
+    with ids whose chunks the first save's finish had dropped."""
+    repo, path = new_repo(), "billing/refunds.py"
+    a = "def refund(order):\n    return order.total_cents\n"
+    b = "def refund(order):\n    return 0\n"
+    embedder = OllamaEmbedder(ollama_sim.url, settings.embed_model)
+
+    def plan(text: str) -> FilePlan:
+        return plan_file(repo, path, text, settings=settings, vectors=chroma, corpus=corpus)
+
+    first = plan(a)
+    store_chunks(repo, first.missing, embedder=embedder, vectors=chroma, corpus=corpus)
+    finish_files(repo, [first], vectors=chroma, corpus=corpus)
+    to_b, back_to_a = plan(b), plan(a)
+    store_chunks(repo, to_b.missing, embedder=embedder, vectors=chroma, corpus=corpus)
+    finish_files(repo, [to_b, back_to_a], vectors=chroma, corpus=corpus)
+
+    assert corpus.file_ids(repo, path) == first.chunk_ids
+    assert chroma.existing_ids(repo, first.chunk_ids) == set(first.chunk_ids)
+    assert corpus.existing_ids(repo, first.chunk_ids) == set(first.chunk_ids)
+    assert not chroma.existing_ids(repo, to_b.chunk_ids)
+    assert not corpus.existing_ids(repo, to_b.chunk_ids)
 
 
 def test_index_records_the_codeowners_github_would_use_for_notify_to_read(

@@ -21,7 +21,14 @@ from shared.core.errors import PermanentError, TransientError
 from shared.core.pipeline import enqueue_embed_backlog
 from shared.index.backlog import Entry
 from shared.index.history import HistoryStore
-from shared.index.indexing import FilePlan, finish_file, plan_file, prune, remove_path, store_chunks
+from shared.index.indexing import (
+    FilePlan,
+    finish_files,
+    plan_file,
+    prune,
+    remove_path,
+    store_chunks,
+)
 from shared.index.owners import OwnersStore
 from workers import context
 from workers.app import app, task_options
@@ -65,8 +72,12 @@ def _index(task: Any, repo: str, files: list[dict[str, str]]) -> dict[str, Any]:
 
 def _finish(repo: str, plans: list[FilePlan], *, embedded: int) -> dict[str, Any]:
     ctx = context.clients()
-    for plan in plans:
-        finish_file(repo, plan, vectors=ctx.vectors, corpus=ctx.corpus)
+    finish_files(repo, plans, vectors=ctx.vectors, corpus=ctx.corpus)
+    return _result(repo, plans, embedded=embedded)
+
+
+def _result(repo: str, plans: list[FilePlan], *, embedded: int) -> dict[str, Any]:
+    """An index task's result: what it stored and dropped."""
     return {
         "repo": repo,
         "files": len(plans),
@@ -127,8 +138,10 @@ def embed_backlog(self: Any, repo: str) -> dict[str, Any]:
     chunks = [Chunk.model_validate(c) for c in unique.values()]
     try:
         n = _store(repo, chunks)
-        for e in entries:
-            result = _finish(repo, [FilePlan(**p) for p in e.plans], embedded=len(e.chunks))
+        plans = [[FilePlan(**p) for p in e.plans] for e in entries]
+        finish_files(repo, [p for ps in plans for p in ps], vectors=ctx.vectors, corpus=ctx.corpus)
+        for e, ps in zip(entries, plans, strict=True):
+            result = _result(repo, ps, embedded=len(e.chunks))
             self.backend.store_result(e.task_id, result, states.SUCCESS)
     except TransientError as exc:
         raise retry(self, exc) from exc  # the entries stay; the retry does them all again
