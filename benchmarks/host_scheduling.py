@@ -118,17 +118,24 @@ def _kind(entry: dict[str, Any]) -> str:
     return next((k for k in ("rerank", "chat") if k in path), path)
 
 
+def _spans(served: list[dict[str, Any]]) -> list[tuple[float, float, str, str]]:
+    """The requests the host served, in order: (taken up, ended, kind, model)."""
+    return sorted(
+        (e["t_start"], e["t_end"], _kind(e), e.get("model") or "")
+        for e in served if e.get("t_start") and e.get("t_end")
+    )  # fmt: skip
+
+
 def idle_split(served: list[dict[str, Any]], t0: float, end: float) -> dict[str, float]:
     """The host's idle seconds in three spells: before the first error's query reached it
     (the errors are still being sent, or index work is all there is), from then to the end
     of the last chat, and after it (index work whose storing, not the host, is left)."""
-    spans = sorted((e["t_start"], e["t_end"], _kind(e)) for e in served
-                   if e.get("t_start") and e.get("t_end"))  # fmt: skip
-    first = min((a for a, _, k in spans if k == "embed query"), default=end)
-    last = max((b for _, b, k in spans if k == "chat"), default=end)
+    spans = _spans(served)
+    first = min((a for a, _, k, _ in spans if k == "embed query"), default=end)
+    last = max((b for _, b, k, _ in spans if k == "chat"), default=end)
     idle = {"idle_before": 0.0, "idle_during": 0.0, "idle_after": 0.0}
     at = t0
-    for start, stop, _ in [*spans, (end, end, "")]:
+    for start, stop, _, _ in [*spans, (end, end, "", "")]:
         if start > at:  # an idle spell [at, start), split at the two boundaries
             for key, lo, hi in (("idle_before", t0, first), ("idle_during", first, last),
                                 ("idle_after", last, end)):  # fmt: skip
@@ -140,10 +147,7 @@ def idle_split(served: list[dict[str, Any]], t0: float, end: float) -> dict[str,
 def timeline(served: list[dict[str, Any]], t0: float, end: float) -> list[str]:
     """What the host did, in order: runs of one kind of request (the time each was taken up to
     its end) and the idle spells between them (``--timeline``)."""
-    spans = sorted(
-        (e["t_start"], e["t_end"], _kind(e), e.get("model") or "")
-        for e in served if e.get("t_start") and e.get("t_end")
-    )  # fmt: skip
+    spans = _spans(served)
     lines: list[str] = []
     at, run_kind, run_from, n, busy = t0, "", t0, 0, 0.0
 

@@ -19,7 +19,7 @@ from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.devtools import outage
 from shared.groups import deferred
-from shared.groups.incidents import incident_of, load
+from shared.groups.incidents import incident_of, load, posted
 from shared.groups.submit import Intake
 from shared.intake.events import ErrorEvent, parse_event
 from shared.intake.fingerprint import fingerprint
@@ -97,7 +97,7 @@ def test_an_outage_starts_its_most_frequent_group_first_and_keeps_every_other_co
     assert deferred.take_next(fresh_redis) is None
     assert deferred.take_next(fresh_redis, lead_wait_s=60) is None
     assert fresh_redis.llen("embed") == 2
-    fresh_redis.hset(keys.incident(incident or ""), "msg_ts", "1700000000.000100")
+    posted(fresh_redis, incident or "", "C0INCIDENT", "1700000000.000100", "C0INCIDENT")
 
     # Once it has posted, the most frequent waiting group starts next, then the next, each once.
     rest = []
