@@ -77,7 +77,10 @@ def run_once(rate: float, seconds: float, clients: int) -> dict[str, float]:
             while not stop.is_set():
                 if key is None:  # the storm's one group: th:group:{fingerprint}
                     found = list(r.scan_iter("th:group:*", count=100))
-                    key = next((k for k in found if r.hexists(k, "total")), None)
+                    key = next(
+                        (k for k in found if r.type(k) == b"hash" and r.hexists(k, "total")),
+                        None,
+                    )
                 total = int(r.hget(key, "total") or 0) if key else 0
                 counts.append((time.monotonic(), total))
                 time.sleep(0.02)
