@@ -5,10 +5,11 @@ Accepts one JSON object, a JSON array (Vector's ``http`` sink with the json code
 ``format json_lines``), optionally gzip- (every member) or deflate-compressed.
 
 By default a batch is checked (size, record count, each record's JSON) and queued whole for the
-``intake_batch`` task [intake] in one Redis command, then answered 202 with the count queued:
-the shipper's request costs about what a bare LPUSH does, and the events are as durable as
-Redis once it is answered (workers/tasks/intake.py takes the batch: the event model, redaction,
-grouping, counting, analyses). ``?wait=true`` takes the batch before answering instead, and
+``intake_batch`` task [intake] in one Redis MULTI (its body under its own key, its message
+small), then answered 202 with the count queued: the shipper's request costs about what a
+bare LPUSH does, and the events are as durable as Redis once it is answered
+(workers/tasks/intake.py takes the batch: the event model, redaction, grouping, counting,
+analyses). ``?wait=true`` takes the batch before answering instead, and
 the reply says what became of each record (accepted ids and their groups, rejected and
 ignored ones with the reason).
 
@@ -24,7 +25,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -46,7 +49,13 @@ from producers.ingest.replies import (
 )
 from shared.core.pipeline import intake_batch_message
 from shared.groups.submit import Intake
-from shared.intake.batch import BodyError, QueuedBatch, decode_records, parse_batch
+from shared.intake.batch import (
+    BodyError,
+    QueuedBatch,
+    decode_records,
+    parse_batch,
+    queue_body,
+)
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +149,17 @@ class EventsRoute:
         return JSONReply(body, status_code=202)
 
 
+@dataclass(frozen=True)
+class Outgoing:
+    """A checked batch to queue: its ``intake_batch`` message for ``queue`` and its body, kept
+    under its own key (shared/intake/batch.py ``queue_body``)."""
+
+    queue: str
+    message: bytes
+    body_id: str
+    raw: bytes
+
+
 def queue_batch(
     intake: Intake,
     raw: bytes,
@@ -148,10 +168,10 @@ def queue_batch(
     service: str | None,
     default_service: str | None,
     max_records: int,
-) -> tuple[dict[str, Any], int, tuple[str, bytes] | None]:
+) -> tuple[dict[str, Any], int, Outgoing | None]:
     """The default: the batch's JSON checked and made one message for the intake_batch task
-    (the caller LPUSHes it: durable once Redis has it, then 202). (reply, status, the queue
-    and message, or None when the batch is refused)."""
+    (the caller queues it: durable once Redis has it, then 202). (reply, status, what to
+    queue, or None when the batch is refused)."""
     try:
         records = decode_records(raw, max_records=max_records)
     except BodyError as exc:
@@ -169,19 +189,22 @@ def queue_batch(
         return body, 202, None
     if len(rejected) == len(records):
         return {**body, "error": rejected[0]["error"]}, 400, None
+    body_id = uuid.uuid4().hex
     queued = QueuedBatch(
-        body=raw.decode("utf-8", errors="replace"),
+        body_id=body_id,
         digest=digest,
         service=service,
         default_service=default_service,
         max_records=max_records,
     )
-    return body, 202, intake_batch_message(intake.app, queued.model_dump())
+    queue, message = intake_batch_message(intake.app, queued.model_dump(exclude_none=True))
+    return body, 202, Outgoing(queue, message, body_id, raw)
 
 
 class Spool:
-    """Queues checked batches for the intake_batch task: ``queue_batch``, then an LPUSH
-    through redis.asyncio (its client made in the server's event loop, on first use).
+    """Queues checked batches for the intake_batch task: ``queue_batch``, then the body's SET
+    and the message's LPUSH in one MULTI through redis.asyncio (its client made in the
+    server's event loop, on first use).
 
     Backpressure: every LPUSH answers the queue's length, so the spool knows the backlog at
     no extra cost. Past ``ingest_max_backlog`` batches it answers 503 with Retry-After (what
@@ -206,7 +229,7 @@ class Spool:
         self.backlog_at = 0.0
 
     async def __call__(self, raw: bytes, digest: str, service: str | None) -> JSONReply:
-        def check() -> tuple[dict[str, Any], int, tuple[str, bytes] | None]:
+        def check() -> tuple[dict[str, Any], int, Outgoing | None]:
             return queue_batch(
                 self.intake,
                 raw,
@@ -227,13 +250,18 @@ class Spool:
                 if self.backlog >= self.max_backlog:
                     if time.monotonic() - self.backlog_at >= self.RECHECK_S:
                         self.backlog, self.backlog_at = (
-                            await self.client.llen(message[0]),
+                            await self.client.llen(message.queue),
                             time.monotonic(),
                         )
                     if self.backlog >= self.max_backlog:
                         self.refused(BACKLOG)
                         return backlogged(self.backlog, self.max_backlog)
-                self.backlog, self.backlog_at = await self.client.lpush(*message), time.monotonic()
+                # The body and its message in one MULTI: both in Redis, or neither.
+                pipe = self.client.pipeline(transaction=True)
+                queue_body(pipe, message.body_id, message.raw)
+                pipe.lpush(message.queue, message.message)
+                _, self.backlog = await pipe.execute()
+                self.backlog_at = time.monotonic()
             except (redis.RedisError, OSError) as exc:
                 self.refused(REDIS)
                 return unavailable(exc)

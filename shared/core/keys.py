@@ -279,3 +279,18 @@ UPSTREAM_QUEUE = f"{PREFIX}upstream:queue"  # stream: requests waiting for the u
 UPSTREAM_BYTES = f"{PREFIX}upstream:bytes"  # counter: bytes of the entries in that stream
 UPSTREAM_STATS = f"{PREFIX}upstream:stats"  # hash: queued, delivered, dropped, refused counts
 UPSTREAM_LEASE = f"{PREFIX}upstream:lease"  # SET NX PX: the one ingest process that drains it
+
+
+# --- batches queued by HTTP ingest (shared/intake/batch.py) -----------------------------------
+
+
+def queued_body(batch_id: str) -> str:
+    """String: a queued batch's request body, beside its small ``intake_batch`` message (set
+    in the same MULTI as the LPUSH); deleted once the batch is taken."""
+    return f"{PREFIX}intake:{batch_id}:body"
+
+
+def queued_taken(batch_id: str) -> str:
+    """String: a queued batch was taken, so a redelivered message finding no body is a
+    repeat, not a loss."""
+    return f"{PREFIX}intake:{batch_id}:taken"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import BaseModel, ConfigDict
 
+from shared.core import keys
 from shared.core.domain import ErrorEvent
 from shared.core.errors import PermanentError
 from shared.intake.events import Ignored, from_record, from_text
@@ -204,39 +205,81 @@ def _first_line(text: str) -> str:
     return " ".join(lines[1:3]) if len(lines) > 1 else text
 
 
+# A queued batch's body waits in Redis at most this long for a worker (the queue itself is bounded
+# by TRACEHOUND_INGEST_MAX_BACKLOG): a week of intake workers down, then it is dropped and said so.
+BODY_TTL_S = 7 * 86_400
+TAKEN_TTL_S = 86_400  # how long a taken batch is remembered: past the transport's redelivery
+
+
 class QueuedBatch(BaseModel):
-    """A request's batch as ``POST /v1/events`` queues it for the ``intake_batch`` task."""
+    """A request's batch as ``POST /v1/events`` queues it for the ``intake_batch`` task: the
+    body in its own Redis key (``body_id``, keys.queued_body), the message small. Celery's
+    consumer decodes every message it fetches (JSON and base64) and the prefork pool pickles it
+    to a child: a 140 KB batch costed that twice over on the worker's busiest process. A
+    message queued before bodies moved out carries its ``body`` inline and is still taken."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    body: str  # the decompressed request body
     digest: str  # of the body and the query: the events' ids come from it, as a retry repeats it
+    body_id: str | None = None  # the body's key: keys.queued_body(body_id)
+    body: str | None = None  # the decompressed request body, inline (older messages)
     service: str | None = None  # the request's ?service=
     default_service: str | None = None  # the server's --service
     max_records: int = 10_000
 
 
+def queue_body(pipe: Any, batch_id: str, raw: bytes) -> None:
+    """The body of a batch about to be queued, in the caller's MULTI with its message's LPUSH:
+    both are in Redis, or neither."""
+    pipe.set(keys.queued_body(batch_id), raw, ex=BODY_TTL_S)
+
+
 def take_batch(queued: QueuedBatch, intake: Intake, *, max_trace_bytes: int) -> dict[str, int]:
     """A queued batch through the event model and intake, as ``?wait=true`` takes it at once.
-    Redis errors propagate (the task retries); refused records are logged with the reason."""
+    Redis errors propagate (the task retries); refused records are logged with the reason.
+
+    The body's key is deleted once the batch is counted (and the batch remembered as taken):
+    a worker killed before that takes it again, counting each event once (its id is the
+    batch's digest and the record's place); one killed after finds it taken."""
+    r = intake.groups.r
+    raw: bytes | None
+    if queued.body is not None:
+        raw = queued.body.encode()
+    elif queued.body_id is not None:
+        raw = r.get(keys.queued_body(queued.body_id))
+        if raw is None:
+            if r.exists(keys.queued_taken(queued.body_id)):
+                return {"accepted": 0, "rejected": 0, "ignored": 0, "new": 0}
+            # Not taken, and gone: waited past BODY_TTL_S, or Redis lost it (no AOF).
+            log.error("intake.batch_lost", extra={"batch": queued.digest[:12]})
+            return {"accepted": 0, "rejected": 0, "ignored": 0, "new": 0, "lost": 1}
+    else:
+        raise PermanentError("a queued batch without a body or its key")
     try:
-        records = decode_records(queued.body.encode(), max_records=queued.max_records)
+        records = decode_records(raw, max_records=queued.max_records)
     except BodyError as exc:  # the endpoint checked it: only a changed limit can get here
         log.warning("intake.unreadable", extra={"batch": queued.digest[:12], "error": str(exc)})
-        return {"accepted": 0, "rejected": 1, "ignored": 0, "new": 0}
-    batch = parse_batch(
-        records,
-        service=queued.service,
-        max_trace_bytes=max_trace_bytes,
-        default_service=queued.default_service,
-        batch_digest=queued.digest,
-    )
-    submitted = intake.submit_many(batch.accepted) if batch.accepted else []
-    for refused in batch.rejected:
-        log.warning("intake.rejected", extra={"batch": queued.digest[:12], **refused})
-    return {
-        "accepted": len(batch.accepted),
-        "rejected": len(batch.rejected),
-        "ignored": len(batch.ignored),
-        "new": sum(s.new for s in submitted),
-    }
+        counts = {"accepted": 0, "rejected": 1, "ignored": 0, "new": 0}
+    else:
+        batch = parse_batch(
+            records,
+            service=queued.service,
+            max_trace_bytes=max_trace_bytes,
+            default_service=queued.default_service,
+            batch_digest=queued.digest,
+        )
+        submitted = intake.submit_many(batch.accepted) if batch.accepted else []
+        for refused in batch.rejected:
+            log.warning("intake.rejected", extra={"batch": queued.digest[:12], **refused})
+        counts = {
+            "accepted": len(batch.accepted),
+            "rejected": len(batch.rejected),
+            "ignored": len(batch.ignored),
+            "new": sum(s.new for s in submitted),
+        }
+    if queued.body_id is not None:
+        pipe = r.pipeline(transaction=True)
+        pipe.set(keys.queued_taken(queued.body_id), 1, ex=TAKEN_TTL_S)
+        pipe.delete(keys.queued_body(queued.body_id))
+        pipe.execute()
+    return counts

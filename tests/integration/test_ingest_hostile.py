@@ -122,9 +122,14 @@ def test_a_queued_batch_waits_for_an_intake_worker_and_a_batch_taken_twice_count
     """Without ``?wait``: answered before any worker ran, the batch is in Redis (append-only),
     and a worker that comes later takes it. Taken again (a worker killed before its ack: the
     message comes back), nothing is counted twice."""
-    r = httpx.post(f"{sink.url}/v1/events", content=ndjson(40), timeout=60)
+    body = ndjson(40)
+    r = httpx.post(f"{sink.url}/v1/events", content=body, timeout=60)
     assert r.status_code == 202 and r.json()["queued"] == 40
     [message] = sink.client.lrange("intake", 0, -1)
+    # The message is small; the body waits under its own key, beside it.
+    assert len(message) < 4096 < len(body)
+    [body_key] = list(sink.client.scan_iter("th:intake:*:body"))
+    assert sink.client.get(body_key) == body.encode()
     assert sink.total() == 0  # no worker yet: nothing was taken
     sink.restart_redis()  # what Redis had when it answered survives a restart
     env = {
@@ -138,6 +143,7 @@ def test_a_queued_batch_waits_for_an_intake_worker_and_a_batch_taken_twice_count
         wait_until(lambda: sink.total() == 40, 60, "the queued batch taken")
         wait_until(lambda: sink.client.llen("embed") >= 1, 30, "its analysis started")
         assert sink.client.llen("embed") == 1  # one error group, one analysis started
+        wait_until(lambda: not sink.client.exists(body_key), 30, "the body deleted once taken")
         sink.client.lpush("intake", message)  # the same batch delivered again
         # Out of the list, then acknowledged (kombu's "unacked" hash) once the task returned.
         wait_until(

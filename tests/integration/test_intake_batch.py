@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
+from shared.core import keys
 from shared.core.pipeline import analysis_chain, analysis_message, sender_app
 from shared.core.settings import Settings
 from shared.groups.submit import Intake
+from shared.intake.batch import QueuedBatch, queue_body, take_batch
 from shared.intake.events import parse_event
 from tests.conftest import DATA
 
@@ -110,3 +113,51 @@ def test_one_chain_analyses_a_group_window_and_its_redelivery_still_does(
     assert store.claim_analysis("fp", 2000, "chain-b")  # the next window is another claim
     assert store.claim_analysis("fp", 1000, "chain-c", revision=True)  # its one second chance
     assert not store.claim_analysis("fp", 1000, "chain-d", revision=True)
+
+
+def _ndjson(n: int) -> bytes:
+    return "\n".join(
+        json.dumps({"level": "error", "message": f"payment {i} failed", "stack": TRACE})
+        for i in range(n)
+    ).encode()
+
+
+def _group_total(r: redis.Redis) -> int:
+    return sum(
+        int(r.hget(k, "total") or 0) for k in r.scan_iter("th:group:*") if k.count(b":") == 3
+    )
+
+
+def test_a_queued_body_is_taken_once_and_an_older_inline_message_still_is(
+    intake_pair: tuple[Intake, redis.Redis],
+) -> None:
+    intake, r = intake_pair
+    body = _ndjson(30)
+    pipe = r.pipeline(transaction=True)
+    queue_body(pipe, "b1", body)
+    pipe.execute()
+    queued = QueuedBatch(body_id="b1", digest="d1", service="shop-api")
+    assert take_batch(queued, intake, max_trace_bytes=64_000)["accepted"] == 30
+    assert not r.exists(keys.queued_body("b1")) and _group_total(r) == 30
+    # Delivered again (a worker killed between the count and its ack): a repeat, not a loss.
+    assert take_batch(queued, intake, max_trace_bytes=64_000) == {
+        "accepted": 0, "rejected": 0, "ignored": 0, "new": 0,
+    }  # fmt: skip
+    # A message an ingest of before this change queued, its body inline.
+    inline = QueuedBatch(body=_ndjson(5).decode(), digest="d2", service="shop-api")
+    assert take_batch(inline, intake, max_trace_bytes=64_000)["accepted"] == 5
+    assert _group_total(r) == 35
+
+
+def test_a_body_gone_before_it_was_taken_is_said_lost(
+    intake_pair: tuple[Intake, redis.Redis], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Expired (past BODY_TTL_S with no worker) or lost with a Redis that keeps nothing on disk:
+    the batch is reported lost, loudly, not mistaken for one already taken."""
+    intake, r = intake_pair
+    queued = QueuedBatch(body_id="never-stored", digest="d3", service="shop-api")
+    with caplog.at_level(logging.ERROR, logger="shared.intake.batch"):
+        assert take_batch(queued, intake, max_trace_bytes=64_000)["lost"] == 1
+    assert [rec.message for rec in caplog.records] == ["intake.batch_lost"]
+    assert _group_total(r) == 0
+
