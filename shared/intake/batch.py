@@ -174,6 +174,7 @@ def parse_batch(
                     service=service or (None if own else default_service),
                     repo=None,
                     max_bytes=max_trace_bytes,
+                    event_id=record_id(record, batch_digest, i),
                 )
             elif isinstance(record, str):
                 found = from_text(
@@ -182,6 +183,7 @@ def parse_batch(
                     service=service or default_service,
                     repo=None,
                     max_bytes=max_trace_bytes,
+                    event_id=record_id(record, batch_digest, i),
                 )
             else:
                 raise PermanentError(
@@ -195,8 +197,7 @@ def parse_batch(
             if isinstance(found, Ignored):
                 batch.ignored.append({"index": i, "reason": found.reason})
             else:
-                event_id = record_id(record, batch_digest, i)
-                batch.accepted.append(found.model_copy(update={"id": event_id}))
+                batch.accepted.append(found)
     return batch
 
 

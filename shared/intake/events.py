@@ -139,9 +139,11 @@ def from_text(
     max_bytes: int = 64_000,
     level: str | None = None,
     fields: dict[str, Any] | None = None,
+    event_id: str = "",
 ) -> ErrorEvent | Ignored:
     """A trace, a log record's lines, or free text. ``level`` is the record's when a JSON
-    record carried the text (else it is read from the text); ``fields`` are that record's."""
+    record carried the text (else it is read from the text); ``fields`` are that record's.
+    ``event_id``: the event's id (else a new one)."""
     text = text.replace("\r\n", "\n").strip("\n")
     lines = [ln for ln in text.split("\n") if ln.strip()]
     if not lines:
@@ -175,6 +177,7 @@ def from_text(
         message=message or exc_type or lines[0].strip(),
         stacktrace=trim(text, max_bytes) if stack or (found is not None and multi) else "",
         level=level,
+        record_id=event_id,
     )
 
 
@@ -242,9 +245,11 @@ def from_record(
     repo: str | None,
     max_bytes: int = 64_000,
     raw: str | None = None,
+    event_id: str = "",
 ) -> ErrorEvent | Ignored:
     """A JSON log record (ours, a log library's, or a shipper's). ``raw`` is the line it was
-    read from: an error-level record without message or stack keeps it as its message."""
+    read from: an error-level record without message or stack keeps it as its message.
+    ``event_id``: the event's id (else the record's own ``id`` when sent, else a new one)."""
     if not isinstance(obj, dict):
         raise PermanentError(f"event must be a JSON object, got {type(obj).__name__}")
     rec = _reshape(obj)
@@ -255,7 +260,7 @@ def from_record(
     if not stack and _forwarded_text(message, level):
         # A shipper's record of raw log text: a multi-line record (a trace), or a log line whose
         # level is in its text. It is read as the tailer reads the same lines.
-        as_text = from_text(
+        return from_text(
             message,
             origin=origin,
             service=service,
@@ -263,11 +268,8 @@ def from_record(
             max_bytes=max_bytes,
             level=level,
             fields=rec,
+            event_id=event_id or (_text(obj.get("id")) if origin == "sent" else ""),
         )
-        record_id = _text(obj.get("id")) if origin == "sent" else ""
-        if record_id and isinstance(as_text, ErrorEvent):
-            as_text = as_text.model_copy(update={"id": record_id})
-        return as_text
     if not _is_error(level, bool(stack), origin):
         return _not_error(level)
     _service(service, rec)  # a clear error before anything else is said about the record
@@ -290,7 +292,7 @@ def from_record(
         message=message,
         stacktrace=trim(stack, max_bytes) if stack else "",
         level=level,
-        record_id=_text(obj.get("id")) if origin == "sent" else "",
+        record_id=event_id or (_text(obj.get("id")) if origin == "sent" else ""),
     )
 
 
