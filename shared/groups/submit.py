@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import redis
 from celery import Celery
@@ -104,7 +105,8 @@ class Intake:
         """Each event as ``submit`` would take it alone, in order; the batch in five Redis
         round trips at most (see the module doc). An exception (Redis out of reach) may leave
         part of the batch counted: a retry with the same event ids counts each id once."""
-        prepared = [self._prepare(event) for event in events]
+        readied = [self._prepare(event) for event in events]
+        prepared = [(event, fp) for event, fp, _ in readied]
         positions: dict[str, list[int]] = {}
         for i, (_, fp) in enumerate(prepared):
             positions.setdefault(fp, []).append(i)
@@ -116,6 +118,12 @@ class Intake:
         for at, counted in zip(positions.values(), self.groups.record_many(batches), strict=True):
             found.update(zip(at, counted, strict=True))
         occurrences = [found[i] for i in range(len(prepared))]
+        # An event that opened its group's window goes on to analysis: its message redacted
+        # now, if _prepare left it (the other events are only counted: their messages are read
+        # by nothing).
+        for i, ((event, fp), occ) in enumerate(zip(prepared, occurrences, strict=True)):
+            if occ.new and readied[i][2]:
+                prepared[i] = (self._message_redacted(event), fp)
         # A release no deploy named is recorded as seen now (once per process and release).
         self.deploys.note_releases(event for event, _ in prepared)
         results = self._start(prepared, occurrences)
@@ -138,19 +146,40 @@ class Intake:
             for i, ((event, fp), occ) in enumerate(zip(prepared, occurrences, strict=True))
         ]
 
-    def _prepare(self, event: ErrorEvent) -> tuple[ErrorEvent, str]:
-        # the trace is read from the redacted text, once: every later stage reads it
-        event = with_trace(self.redactor.redact_event(self._held_to_its_repos(event)))
+    def _prepare(self, event: ErrorEvent) -> tuple[ErrorEvent, str, bool]:
+        """(the event held to its repos, redacted, with its trace; its group's fingerprint;
+        whether its message is still to be redacted).
+
+        A storm repeats one trace with a different message each time (a request id), so the
+        message's redaction was most of an event's cost, spent on events that are only
+        counted. When the message cannot decide the group (the trace has frames and no
+        grouping rule matches messages), it is left for ``_message_redacted``, which
+        ``submit_many`` calls for the events that open a window: nothing else reads it."""
+        config = self._grouping(event.service)
+        later = bool(event.stacktrace) and not config.reads_message
+        # Held to its repos and redacted in one copy of the event (a pydantic copy is about
+        # 2 us); the trace is read from the redacted text, once: every later stage reads it.
+        repo, attributes = self._held_to_its_repos(event)
+        update = self.redactor.redacted_fields(event, attributes, message=not later)
+        event = with_trace(event.model_copy(update={**update, "repo": repo}))
         # minified frames of a bundle the repo has a map for: read again as the original code
         # (the rewritten text redacted whole again: its names and paths came from the maps)
         if (mapped := self.symbolicator.symbolicate(event)) is not None:
-            event = with_trace(self.redactor.redact_event(mapped))
-        return event, fingerprint(event, self._grouping(event.service)).value
+            event, later = with_trace(self.redactor.redact_event(mapped)), False
+        found = fingerprint(event, config)
+        if later and found.kind == "message":  # no frames in the trace: the message decides
+            event, later = self._message_redacted(event), False
+            found = fingerprint(event, config)
+        return event, found.value, later
 
-    def _held_to_its_repos(self, event: ErrorEvent) -> ErrorEvent:
-        """A repo the record named itself stays only if its service may name it
-        (TRACEHOUND_SERVICE_REPOS): a sender cannot have another repo's code cited in its
-        service's channel. Without a map, any."""
+    def _message_redacted(self, event: ErrorEvent) -> ErrorEvent:
+        """``event`` with its message redacted (its trace was read from its stack trace)."""
+        return event.model_copy(update={"message": self.redactor.redact(event.message)})
+
+    def _held_to_its_repos(self, event: ErrorEvent) -> tuple[str, dict[str, Any]]:
+        """The event's repo and attributes: a repo the record named itself stays only if its
+        service may name it (TRACEHOUND_SERVICE_REPOS): a sender cannot have another repo's
+        code cited in its service's channel. Without a map, any."""
         claimed = event.attributes.get(REPO_CLAIMED) is True
         attributes = {k: v for k, v in event.attributes.items() if k != REPO_CLAIMED}
         allowed = self.settings.repos_of(event.service)
@@ -162,9 +191,7 @@ class Intake:
                     "intake.repo_refused",
                     extra={"service": event.service, "claimed": event.repo, "repo": repo},
                 )
-        if repo == event.repo and len(attributes) == len(event.attributes):
-            return event
-        return event.model_copy(update={"repo": repo, "attributes": attributes})
+        return repo, attributes
 
     def _start(
         self, prepared: list[tuple[ErrorEvent, str]], occurrences: list[Occurrence]

@@ -82,6 +82,12 @@ class GroupingConfig:
     rules: tuple[CustomRule, ...] = ()
     max_frames: int = 30
 
+    @property
+    def reads_message(self) -> bool:
+        """Whether a rule matches on messages: then the message may decide the group even
+        of an event whose trace has frames."""
+        return any(rule.match_message is not None for rule in self.rules)
+
     def __post_init__(self) -> None:
         if self.max_frames < 1:
             raise ValueError("max_frames must be at least 1")

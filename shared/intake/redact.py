@@ -450,15 +450,30 @@ class Redactor:
         ``Authorization``…) loses its whole string value."""
         if not self.enabled:
             return event
+        return event.model_copy(update=self.redacted_fields(event))
+
+    def redacted_fields(
+        self,
+        event: ErrorEvent,
+        attributes: Mapping[str, Any] | None = None,
+        *,
+        message: bool = True,
+    ) -> dict[str, Any]:
+        """What ``redact_event`` changes, as a ``model_copy`` update (``attributes``: those
+        to redact instead of the event's own; ``message=False``: all but the message, which
+        the caller redacts later); the fields as they are when disabled."""
         exc_type = event.exception_type
-        return event.model_copy(
-            update={
-                "message": self.redact(event.message),
-                "stacktrace": self.redact(event.stacktrace),
-                "exception_type": self.redact(exc_type) if exc_type else exc_type,
-                "attributes": self._redact_mapping(event.attributes),
-            }
-        )
+        attributes = event.attributes if attributes is None else attributes
+        if not self.enabled:
+            return {"attributes": dict(attributes)}
+        update = {
+            "stacktrace": self.redact(event.stacktrace),
+            "exception_type": self.redact(exc_type) if exc_type else exc_type,
+            "attributes": self._redact_mapping(attributes),
+        }
+        if message:
+            update["message"] = self.redact(event.message)
+        return update
 
     def redact_candidates(self, candidates: Sequence[Candidate]) -> list[Candidate]:
         """Retrieved code with its secrets redacted (a config default, a test fixture): what

@@ -161,3 +161,26 @@ def test_a_body_gone_before_it_was_taken_is_said_lost(
     assert [rec.message for rec in caplog.records] == ["intake.batch_lost"]
     assert _group_total(r) == 0
 
+
+def test_the_event_that_opens_a_window_is_analysed_with_its_message_redacted(
+    intake_pair: tuple[Intake, redis.Redis],
+) -> None:
+    """Repeats of a trace with frames are counted without redacting their messages; the one
+    that opens its group's window (here the first of a second group, mid-batch, and one of a
+    group without frames, grouped by its message) goes to analysis with its secrets gone."""
+    intake, r = intake_pair
+    secret = "password=hunter2xyz"
+
+    def event(text: str, i: int) -> Any:
+        found = parse_event(text, service="shop-api", repo="shop")
+        return found.model_copy(update={"id": f"s-{i}", "message": f"{found.message} {secret}"})
+
+    other = TRACE.replace("ZeroDivisionError", "LedgerError")
+    batch = [event(TRACE, i) for i in range(3)] + [event(other, i) for i in range(3, 6)]
+    batch.append(event(f"payment declined {secret}", 6))  # no trace: its message is the group
+    submitted = intake.submit_many(batch)
+    assert [s.new for s in submitted] == [True, False, False, True, False, False, True]
+    queued = [_decoded(m)["body"][0][0]["event"] for m in r.lrange("embed", 0, -1)]
+    assert len(queued) == 3
+    for sent in queued:
+        assert "hunter2xyz" not in json.dumps(sent) and "[REDACTED:password]" in sent["message"]
