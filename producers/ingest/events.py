@@ -47,6 +47,7 @@ from producers.ingest.replies import (
     group_replies,
     unavailable,
 )
+from shared.core import queues
 from shared.core.pipeline import intake_batch_message
 from shared.groups.submit import Intake
 from shared.intake.batch import (
@@ -58,6 +59,8 @@ from shared.intake.batch import (
 )
 
 log = logging.getLogger(__name__)
+
+INTAKE_QUEUE = queues.ROUTES[queues.INTAKE_BATCH]  # its length is the backlog
 
 
 class EventsRoute:
@@ -239,23 +242,27 @@ class Spool:
                 max_records=self.max_records,
             )
 
+        if self.client is None:
+            self.client = aioredis.Redis.from_url(
+                self.intake.settings.redis_url, socket_connect_timeout=5, socket_timeout=10
+            )
+        try:
+            # Past the bound, refused before its body is read as JSON: refusing must cost far
+            # less than taking, or an overload spends the front door on its own 503s.
+            if self.backlog >= self.max_backlog:
+                if time.monotonic() - self.backlog_at >= self.RECHECK_S:
+                    self.backlog = await self.client.llen(INTAKE_QUEUE)
+                    self.backlog_at = time.monotonic()
+                if self.backlog >= self.max_backlog:
+                    self.refused(BACKLOG)
+                    return backlogged(self.backlog, self.max_backlog)
+        except (redis.RedisError, OSError) as exc:
+            self.refused(REDIS)
+            return unavailable(exc)
         # About 7 us a record: on the event loop, unless the body is large enough to hold it up.
         reply, status, message = await run_in_threadpool(check) if len(raw) > 1 << 20 else check()
         if message is not None:
-            if self.client is None:
-                self.client = aioredis.Redis.from_url(
-                    self.intake.settings.redis_url, socket_connect_timeout=5, socket_timeout=10
-                )
             try:
-                if self.backlog >= self.max_backlog:
-                    if time.monotonic() - self.backlog_at >= self.RECHECK_S:
-                        self.backlog, self.backlog_at = (
-                            await self.client.llen(message.queue),
-                            time.monotonic(),
-                        )
-                    if self.backlog >= self.max_backlog:
-                        self.refused(BACKLOG)
-                        return backlogged(self.backlog, self.max_backlog)
                 # The body and its message in one MULTI: both in Redis, or neither.
                 pipe = self.client.pipeline(transaction=True)
                 queue_body(pipe, message.body_id, message.raw)
