@@ -22,6 +22,21 @@ def one_line(value: str, limit: int) -> str:
     """``value`` on one line (line breaks and control characters as spaces), at most ``limit``
     characters; a longer one keeps a digest of the whole, so two long names stay apart. A
     name from outside can neither break out of a prompt's fence nor grow a key unbounded."""
+    # Most names are already so (every event has two or three): printable text holds no line
+    # break, control character or whitespace but the ASCII space, so with no space at its ends
+    # and none doubled, the general path below would give it back unchanged.
+    if (
+        len(value) <= limit
+        and value.isprintable()
+        and "  " not in value
+        and value[:1] != " "
+        and value[-1:] != " "
+    ):
+        return value
+    return _flattened(value, limit)
+
+
+def _flattened(value: str, limit: int) -> str:
     flat = " ".join(_CONTROL.sub(" ", value).split())
     if len(flat) <= limit:
         return flat
@@ -43,6 +58,8 @@ def encodable(value: Any) -> Any:
     lone surrogate, which JSON's ``"\\ud800"`` escape decodes to, becomes ``?``) and every
     integer past 64 bits as its digits, so the event can be stored, queued and sent on."""
     if isinstance(value, str):
+        if value.isascii():  # a flag CPython keeps on the string: no pass over it
+            return value
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from shared.core.domain import ErrorEvent
+from shared.core.domain import ErrorEvent, _flattened, one_line
 from shared.core.errors import PermanentError
 from shared.intake.events import Ignored, from_input, from_record, parse_event
 
@@ -309,3 +311,19 @@ def test_a_lone_surrogate_from_a_json_escape_becomes_a_replacement_that_can_be_q
     assert isinstance(event, ErrorEvent)
     queued = json.dumps(event.model_dump(mode="json"), ensure_ascii=False).encode("utf-8")
     assert b"bad ? byte" in queued and b"api?" in queued and b'"k?": ["?"]' in queued
+
+
+# Names from outside: spaces, line breaks, control and separator characters, long runs.
+_NAME_CHARS = st.sampled_from(
+    [*"ab Z9-_.:/", "  ", "\t", "\n", "\r", "\x00", "\x1f", "\x7f", "\x85", "\xa0",
+     "\u2028", "\u2029", "\u3000", "\u200b", "\u00e9", "\ud800", "\U0001f600"]
+)  # fmt: skip
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(_NAME_CHARS, max_size=60).map("".join), st.integers(min_value=1, max_value=40))
+def test_a_name_already_on_one_line_is_kept_as_the_general_path_would_make_it(
+    value: str, limit: int
+) -> None:
+    """one_line's shortcut for names that need nothing gives what the general path gives."""
+    assert one_line(value, limit) == _flattened(value, limit)
