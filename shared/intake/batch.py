@@ -216,7 +216,7 @@ class QueuedBatch(BaseModel):
     """A request's batch as ``POST /v1/events`` queues it for the ``intake_batch`` task: the
     body in its own Redis key (``body_id``, keys.queued_body), the message small. Celery's
     consumer decodes every message it fetches (JSON and base64) and the prefork pool pickles it
-    to a child: a 140 KB batch costed that twice over on the worker's busiest process. A
+    to a child: a 140 KB batch cost that twice over on the worker's busiest process. A
     message queued before bodies moved out carries its ``body`` inline and is still taken."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
