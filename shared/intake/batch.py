@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict
@@ -247,7 +247,7 @@ def take_batch(queued: QueuedBatch, intake: Intake, *, max_trace_bytes: int) -> 
     if queued.body is not None:
         raw = queued.body.encode()
     elif queued.body_id is not None:
-        raw = r.get(keys.queued_body(queued.body_id))
+        raw = cast(bytes | None, r.get(keys.queued_body(queued.body_id)))  # no decode_responses
         if raw is None:
             if r.exists(keys.queued_taken(queued.body_id)):
                 return {"accepted": 0, "rejected": 0, "ignored": 0, "new": 0}
