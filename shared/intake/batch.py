@@ -210,6 +210,7 @@ def _first_line(text: str) -> str:
 # by TRACEHOUND_INGEST_MAX_BACKLOG): a week of intake workers down, then it is dropped and said so.
 BODY_TTL_S = 7 * 86_400
 TAKEN_TTL_S = 86_400  # how long a taken batch is remembered: past the transport's redelivery
+NOTHING = {"accepted": 0, "rejected": 0, "ignored": 0, "new": 0}  # what take_batch counts of none
 
 
 class QueuedBatch(BaseModel):
@@ -250,17 +251,17 @@ def take_batch(queued: QueuedBatch, intake: Intake, *, max_trace_bytes: int) -> 
         raw = cast(bytes | None, r.get(keys.queued_body(queued.body_id)))  # no decode_responses
         if raw is None:
             if r.exists(keys.queued_taken(queued.body_id)):
-                return {"accepted": 0, "rejected": 0, "ignored": 0, "new": 0}
+                return dict(NOTHING)
             # Not taken, and gone: waited past BODY_TTL_S, or Redis lost it (no AOF).
             log.error("intake.batch_lost", extra={"batch": queued.digest[:12]})
-            return {"accepted": 0, "rejected": 0, "ignored": 0, "new": 0, "lost": 1}
+            return {**NOTHING, "lost": 1}
     else:
         raise PermanentError("a queued batch without a body or its key")
     try:
         records = decode_records(raw, max_records=queued.max_records)
     except BodyError as exc:  # the endpoint checked it: only a changed limit can get here
         log.warning("intake.unreadable", extra={"batch": queued.digest[:12], "error": str(exc)})
-        counts = {"accepted": 0, "rejected": 1, "ignored": 0, "new": 0}
+        counts = {**NOTHING, "rejected": 1}
     else:
         batch = parse_batch(
             records,
