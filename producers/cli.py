@@ -273,7 +273,9 @@ def status() -> None:
         holder = st["holder"]
         hosts.add_row(
             host,
-            f"{holder['model']} (token {holder['token']})" if holder else "-",
+            f"{holder['model']} (token {holder['token']}, {st['holders']} holding)"
+            if holder
+            else "-",
             st["loaded"] or "-",
             str(st["waiting"]),
             str(st["swaps"]),

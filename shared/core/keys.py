@@ -115,8 +115,8 @@ def embed_backlog(repo: str, part: str) -> str:
 
 
 def host(host_id: str, part: str) -> str:
-    """One part of a model host's lease state: ``lease``, ``fence``, ``waiting``, ``loaded``,
-    ``stats``, or ``waiter:`` (a prefix, followed by the waiter's id)."""
+    """One part of a model host's lease state: ``lease``, ``members`` (its holders), ``fence``,
+    ``waiting``, ``loaded``, ``stats``, or ``waiter:`` (a prefix, followed by the waiter's id)."""
     return f"{PREFIX}host:{host_id}:{part}"
 
 

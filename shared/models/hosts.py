@@ -5,6 +5,12 @@ runs under that host's lease, whichever worker process or machine makes it:
 
 - the lease is a Redis key with a TTL that a background thread renews; a holder that dies
   (``kill -9``) stops renewing and the lease expires — no deadlock;
+- the lease is for one model, and the processes that serve that model share it: one that asks
+  while the lease is held for its model, and nobody else waits (or it is first in line), joins
+  the holders. Each holder is a member with its own expiry; the lease is free once the last
+  member leaves (or expires). Two analyses' chats then queue at the host instead of one
+  waiting for the other's worker to post to Slack and fetch the next task, which left the host
+  idle between every two chats; the model on the host is still only ever one;
 - each acquisition takes a new fencing token from a counter; a holder checks its token before
   every call, so one that lost the lease (expired, or the key deleted by hand) cannot carry on;
 - the holder keeps the lease while its own queue has work (the model stays loaded), up to a
@@ -50,56 +56,110 @@ PRIORITY_BULK = 2
 HEAD_START_MS = {PRIORITY_QUERY: 60_000, PRIORITY_CHAIN: 30_000, PRIORITY_BULK: 0}
 
 _ACQUIRE = """
--- KEYS: lease, fence, waiting ; ARGV: holder, model, ttl_ms, now_ms
+-- KEYS: lease, fence, waiting, members ; ARGV: holder, model, ttl_ms, now_ms
 local cur = redis.call('GET', KEYS[1])
+local first = redis.call('ZRANGE', KEYS[3], 0, 0)
+local ahead = first[1] and first[1] ~= ARGV[1]
 if cur then
   local d = cjson.decode(cur)
-  if d.holder == ARGV[1] then
+  if redis.call('ZSCORE', KEYS[4], ARGV[1]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
     return cur
   end
-  return false
+  if d.model ~= ARGV[2] or ahead then
+    return false
+  end
+  redis.call('ZADD', KEYS[4], tonumber(ARGV[4]) + tonumber(ARGV[3]), ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  return cur
 end
-local first = redis.call('ZRANGE', KEYS[3], 0, 0)
-if first[1] and first[1] ~= ARGV[1] then
+if ahead then
   return false
 end
 local token = redis.call('INCR', KEYS[2])
 local v = cjson.encode({holder=ARGV[1], model=ARGV[2], token=token, since=tonumber(ARGV[4])})
 redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
+redis.call('DEL', KEYS[4])
+redis.call('ZADD', KEYS[4], tonumber(ARGV[4]) + tonumber(ARGV[3]), ARGV[1])
+redis.call('PEXPIRE', KEYS[4], ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[1])
 return v
 """
 
-# The uncontended case in one round trip: nobody holds the lease and nobody waits for it. Also
-# returns the model left loaded on the host, which the caller needs to decide on a swap.
+# The uncontended case in one round trip: nobody waits, and the lease is free or held for this
+# model (then this holder joins). Also returns the model left loaded on the host, which the
+# caller needs to decide on a swap.
 _TAKE_FREE = """
--- KEYS: lease, fence, waiting, loaded ; ARGV: holder, model, ttl_ms
-if redis.call('EXISTS', KEYS[1]) == 1 or redis.call('ZCARD', KEYS[3]) > 0 then
+-- KEYS: lease, fence, waiting, loaded, members ; ARGV: holder, model, ttl_ms
+if redis.call('ZCARD', KEYS[3]) > 0 then
   return false
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cur = redis.call('GET', KEYS[1])
+if cur then
+  if cjson.decode(cur).model ~= ARGV[2] then
+    return false
+  end
+  redis.call('ZADD', KEYS[5], now + tonumber(ARGV[3]), ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('PEXPIRE', KEYS[5], ARGV[3])
+  return {cur, redis.call('GET', KEYS[4]) or ''}
+end
 local token = redis.call('INCR', KEYS[2])
 local v = cjson.encode({holder=ARGV[1], model=ARGV[2], token=token, since=now})
 redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
+redis.call('DEL', KEYS[5])
+redis.call('ZADD', KEYS[5], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('PEXPIRE', KEYS[5], ARGV[3])
 return {v, redis.call('GET', KEYS[4]) or ''}
 """
 
 _RENEW = """
--- KEYS: lease ; ARGV: token, ttl_ms
+-- KEYS: lease, members ; ARGV: token, ttl_ms, holder
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 if cjson.decode(cur).token ~= tonumber(ARGV[1]) then return 0 end
+if not redis.call('ZSCORE', KEYS[2], ARGV[3]) then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+"""
+
+# A holder that calls another of its models under the lease (a worker serving two model
+# queues): the lease's model changes only while it is the lease's only member.
+_SWITCH = """
+-- KEYS: lease, members ; ARGV: token, holder, model
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+local d = cjson.decode(cur)
+if d.token ~= tonumber(ARGV[1]) then return 0 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local members = redis.call('ZRANGE', KEYS[2], 0, -1)
+if #members ~= 1 or members[1] ~= ARGV[2] then return 0 end
+d.model = ARGV[3]
+redis.call('SET', KEYS[1], cjson.encode(d), 'KEEPTTL')
 return 1
 """
 
 _RELEASE = """
--- KEYS: lease ; ARGV: token
+-- KEYS: lease, members ; ARGV: token, holder
 local cur = redis.call('GET', KEYS[1])
 if cur and cjson.decode(cur).token == tonumber(ARGV[1]) then
-  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if redis.call('ZCARD', KEYS[2]) == 0 then
+    redis.call('DEL', KEYS[1], KEYS[2])
+  end
   return 1
 end
 return 0
@@ -125,6 +185,7 @@ class Keys:
         self.lease, self.fence = keys.host(h, "lease"), keys.host(h, "fence")
         self.waiting, self.loaded = keys.host(h, "waiting"), keys.host(h, "loaded")
         self.stats, self.waiter = keys.host(h, "stats"), keys.host(h, "waiter:")
+        self.members = keys.host(h, "members")
 
 
 def server_ms(r: redis.Redis) -> int:
@@ -150,6 +211,7 @@ class HostLease:
         self._acquire = self.r.register_script(_ACQUIRE)
         self._take_free = self.r.register_script(_TAKE_FREE)
         self._renew = self.r.register_script(_RENEW)
+        self._switch = self.r.register_script(_SWITCH)
         self._release = self.r.register_script(_RELEASE)
 
     @property
@@ -160,12 +222,14 @@ class HostLease:
         return waited_since_ms - HEAD_START_MS.get(priority, 0)
 
     def acquire(self, model: str, priority: int, timeout: float) -> dict[str, Any]:
-        """Wait (not holding anything) until this holder has the lease; its JSON value, with
-        ``"loaded"``: what the host had loaded (raw JSON) when the lease was free at once."""
+        """Wait (not holding anything) until this holder has the lease, or has joined its
+        holders for ``model``; its JSON value (``holder`` is whoever took it, not a joiner),
+        with ``"loaded"``: what the host had loaded (raw JSON) when it was taken at once."""
         k = self.keys
         ttl_ms = int(self.ttl * 1000)
         free = self._take_free(
-            keys=[k.lease, k.fence, k.waiting, k.loaded], args=[self.holder, model, ttl_ms]
+            keys=[k.lease, k.fence, k.waiting, k.loaded, k.members],
+            args=[self.holder, model, ttl_ms],
         )
         if free:
             value: dict[str, Any] = json.loads(free[0])
@@ -188,7 +252,7 @@ class HostLease:
                 pipe.zadd(k.waiting, {self.holder: rank}, nx=True)
                 pipe.execute()
                 got = self._acquire(
-                    keys=[k.lease, k.fence, k.waiting],
+                    keys=[k.lease, k.fence, k.waiting, k.members],
                     args=[self.holder, model, ttl_ms, server_ms(self.r)],
                 )
                 if got:
@@ -214,7 +278,12 @@ class HostLease:
     def renew(self) -> bool:
         if self.token is None:
             return False
-        ok = bool(self._renew(keys=[self.keys.lease], args=[self.token, int(self.ttl * 1000)]))
+        ok = bool(
+            self._renew(
+                keys=[self.keys.lease, self.keys.members],
+                args=[self.token, int(self.ttl * 1000), self.holder],
+            )
+        )
         if not ok:
             self.lost = True
         return ok
@@ -245,9 +314,19 @@ class HostLease:
                 return True
         return False
 
+    def switch(self, model: str) -> bool:
+        """Make the held lease ``model``'s; False (nothing changed) while others share it."""
+        if self.token is None:
+            return False
+        args: list[str | int] = [self.token, self.holder, model]
+        if not self._switch(keys=[self.keys.lease, self.keys.members], args=args):
+            return False
+        self.model = model
+        return True
+
     def release(self) -> None:
         if self.token is not None:
-            self._release(keys=[self.keys.lease], args=[self.token])
+            self._release(keys=[self.keys.lease, self.keys.members], args=[self.token, self.holder])
         self.token, self.lost = None, False
 
 
@@ -364,17 +443,20 @@ class HostSession:
         with self._lock:
             if self.lease.held and self.lease.model == model:
                 return False
-            acquired = not self.lease.held
-            loaded = None
-            if acquired:
-                loaded = self.lease.acquire(model, priority, self.wait_timeout).get("loaded")
-                self.tasks_in_hold = 0
-                self.hold_started = time.monotonic()
-                self._start_renewer()
-            else:  # holding for another model of ours: switch under the lease
-                self.lease.model = model
-            self._switch_to(model, url, kind, loaded)
-            return acquired
+            if self.lease.held and self.lease.switch(model):
+                self._switch_to(model, url, kind)  # another model of ours, under the lease
+                return False
+            if self.lease.held:  # others share the lease for the model it holds: leave them
+                self._release()
+            value = self.lease.acquire(model, priority, self.wait_timeout)
+            self.tasks_in_hold = 0
+            self.hold_started = time.monotonic()
+            self._start_renewer()
+            if value.get("holder") == self.lease.holder:
+                # Taken, not joined: the model on the host may be another one. A joiner finds
+                # the model the holders it joined already serve (or are switching to).
+                self._switch_to(model, url, kind, value.get("loaded"))
+            return True
 
     def _switch_to(
         self, model: str, url: str, kind: str, loaded: str | bytes | None = None
@@ -473,12 +555,14 @@ def host_status(r: redis.Redis, host: str) -> dict[str, Any]:
     k = Keys(host)
     lease = r.get(k.lease)
     loaded = r.get(k.loaded)
+    members = r.zcard(k.members) if lease else 0
     stats = {
         (a.decode() if isinstance(a, bytes) else a): int(b) for a, b in r.hgetall(k.stats).items()
     }
     return {
         "host": host,
         "holder": json.loads(lease) if lease else None,
+        "holders": members,
         "loaded": json.loads(loaded)["model"] if loaded else None,
         "waiting": r.zcard(k.waiting),
         "swaps": stats.get("swaps", 0),

@@ -229,6 +229,120 @@ def test_the_host_goes_at_once_when_a_call_leaves_nothing_queued_for_its_model(
     session.close()
 
 
+def test_processes_serving_one_model_share_its_lease_until_the_last_leaves(
+    redis_client: redis.Redis,
+) -> None:
+    host = new_host()
+    a, b, other = (HostLease(redis_client, host, ttl=5) for _ in range(3))
+    a.acquire("chat", PRIORITY_CHAIN, timeout=1)
+    b.acquire("chat", PRIORITY_CHAIN, timeout=0.3)  # joins: the host has that model already
+    assert a.token == b.token and host_status(redis_client, host)["holders"] == 2
+    with pytest.raises(TransientError, match="not free"):
+        other.acquire("embed", PRIORITY_QUERY, timeout=0.3)
+    a.release()
+    b.check()  # still held: b's request may be at the host right now
+    with pytest.raises(TransientError, match="not free"):
+        other.acquire("embed", PRIORITY_QUERY, timeout=0.3)
+    b.release()
+    other.acquire("embed", PRIORITY_QUERY, timeout=1)
+    other.release()
+
+
+def test_nobody_joins_the_holders_ahead_of_a_waiter_for_another_model(
+    redis_client: redis.Redis,
+) -> None:
+    host = new_host()
+    a, late = HostLease(redis_client, host, ttl=5), HostLease(redis_client, host, ttl=5)
+    a.acquire("chat", PRIORITY_CHAIN, timeout=1)
+    got: list[str] = []
+
+    def wait_for_embed() -> None:
+        lease = HostLease(redis_client, host, ttl=5)
+        lease.acquire("embed", PRIORITY_QUERY, timeout=10)
+        got.append("embed")
+        lease.release()
+
+    waiter = threading.Thread(target=wait_for_embed)
+    waiter.start()
+    time.sleep(0.2)
+    with pytest.raises(TransientError, match="not free"):
+        late.acquire("chat", PRIORITY_QUERY, timeout=0.3)  # the embed waiter was first
+    a.release()
+    waiter.join(10)
+    assert got == ["embed"]
+
+
+def test_every_holder_of_a_shared_lease_is_fenced_when_it_is_taken_over(
+    redis_client: redis.Redis,
+) -> None:
+    host = new_host()
+    a, b = HostLease(redis_client, host), HostLease(redis_client, host)
+    a.acquire("chat", PRIORITY_CHAIN, timeout=1)
+    b.acquire("chat", PRIORITY_CHAIN, timeout=1)
+    redis_client.delete(f"th:host:{host}:lease")
+    HostLease(redis_client, host).acquire("embed", PRIORITY_QUERY, timeout=1)
+    for holder in (a, b):
+        with pytest.raises(LeaseLost):
+            holder.check()
+
+
+def test_a_holder_killed_beside_another_frees_the_host_within_its_ttl(
+    settings: Settings, redis_client: redis.Redis
+) -> None:
+    host = new_host()
+    script = textwrap.dedent(f"""
+        import time, redis
+        from shared.models.hosts import HostSession
+        r = redis.Redis.from_url({settings.redis_url!r})
+        s = HostSession(r, {host!r}, ttl=1.0)
+        s.call("chat", "http://x", "ollama", 1, lambda: print("holding", flush=True)
+               or time.sleep(3600))
+    """)
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        alive = HostLease(redis_client, host, ttl=1.0)
+        alive.acquire("chat", PRIORITY_CHAIN, timeout=1)  # joins the process about to die
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(5)
+        alive.release()
+        t0 = time.monotonic()
+        HostLease(redis_client, host).acquire("embed", PRIORITY_QUERY, timeout=10)
+        assert time.monotonic() - t0 < 3  # the dead member's TTL (1 s), not a deadlock
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+
+
+def test_a_holder_calling_its_other_model_waits_for_those_sharing_the_first(
+    redis_client: redis.Redis,
+) -> None:
+    """A worker serving two model queues switches models under the lease only alone: never
+    while another process's request for the first model may be at the host."""
+    host = new_host()
+    both = HostSession(redis_client, host, ttl=5, idle_release=60)
+    both.call("chat", "http://x", "ollama", PRIORITY_CHAIN, lambda: None)
+    other = HostLease(redis_client, host, ttl=5)
+    other.acquire("chat", PRIORITY_CHAIN, timeout=1)  # joined
+    done = threading.Event()
+    switching = threading.Thread(
+        target=lambda: both.call("embed", "http://x", "ollama", PRIORITY_QUERY, done.set)
+    )
+    switching.start()
+    time.sleep(0.4)
+    assert not done.is_set() and host_status(redis_client, host)["holder"]["model"] == "chat"
+    other.release()
+    switching.join(10)
+    assert done.is_set() and host_status(redis_client, host)["holder"]["model"] == "embed"
+    alone = HostSession(redis_client, new_host(), ttl=5, idle_release=60)
+    alone.call("chat", "http://x", "ollama", PRIORITY_CHAIN, lambda: None)
+    token = alone.lease.token
+    alone.call("embed", "http://x", "ollama", PRIORITY_QUERY, lambda: None)
+    assert alone.lease.token == token  # alone: switched under the same lease
+    both.close()
+    alone.close()
+
+
 # --- real workers against the simulator ------------------------------------------------------
 
 
