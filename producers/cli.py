@@ -316,20 +316,21 @@ def worker(
     loglevel: Annotated[str, typer.Option("--loglevel", "-l")] = "INFO",
     name: Annotated[str | None, typer.Option("--name", "-n")] = None,
 ) -> None:
-    """Start a Celery worker (model queues always run at concurrency 1)."""
+    """Start a Celery worker (model queues run at most two tasks at once, the default)."""
     wanted = [q.strip() for q in queues_.split(",") if q.strip()]
     unknown = sorted(set(wanted) - set(queues.ALL_QUEUES))
     if unknown or not wanted:
         err.print(f"[red]unknown queue(s) {unknown}; choose from {', '.join(queues.ALL_QUEUES)}")
         raise typer.Exit(2)
     model = set(wanted) & set(queues.MODEL_QUEUES)
-    if model and concurrency not in (None, 1):
+    if model and concurrency is not None and not 1 <= concurrency <= queues.MODEL_SLOTS:
         err.print(
-            f"[red]model queue(s) {sorted(model)} are served one request at a time: "
-            "use --concurrency 1 (scale CPU queues instead)"
+            f"[red]model queue(s) {sorted(model)} run at most {queues.MODEL_SLOTS} tasks at once "
+            "(they share the model host's lease): use --concurrency "
+            f"{queues.MODEL_SLOTS} or less (scale CPU queues instead)"
         )
         raise typer.Exit(2)
-    c = 1 if model else (concurrency or os.cpu_count() or 1)
+    c = (concurrency or queues.MODEL_SLOTS) if model else (concurrency or os.cpu_count() or 1)
     settings = load_settings()  # fail here, readably, rather than inside Celery
     state, running = stackfile.live_state(settings.data_dir)
     if running and state is not None:

@@ -10,6 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 MODEL_QUEUES = ("embed", "rerank", "llm")
+# Tasks a model queue's worker runs at once. Its slots share the host's lease for that model
+# (shared/models/hosts.py): one slot's request waits at the host while the other posts its
+# result and takes its next task, instead of the host idling in between. More slots would only
+# queue more requests at the host.
+MODEL_SLOTS = 2
 CPU_QUEUES = ("retrieve", "index", "notify", "intake")
 ALL_QUEUES = MODEL_QUEUES + CPU_QUEUES
 # The lists an analysis chain's stages wait on before Slack, in order (embed: the query's own

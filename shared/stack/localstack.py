@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import redis
 
+from shared.core.queues import MODEL_SLOTS
 from shared.stack.children import (
     ChildSpec,
     Proc,
@@ -25,11 +26,12 @@ from shared.stack.children import (
 )
 from shared.stack.postgres import start_postgres
 
-# The compose topology: one consumer per model queue, one CPU worker for the rest.
+# The compose topology: one worker per model queue (its slots share the host's lease for that
+# model), one CPU worker for the rest.
 WORKER_GROUPS: dict[str, tuple[Sequence[str], int]] = {
-    "embed": (("embed",), 1),
-    "rerank": (("rerank",), 1),
-    "llm": (("llm",), 1),
+    "embed": (("embed",), MODEL_SLOTS),
+    "rerank": (("rerank",), MODEL_SLOTS),
+    "llm": (("llm",), MODEL_SLOTS),
     "cpu": (("retrieve", "index", "notify", "intake"), 2),
 }
 

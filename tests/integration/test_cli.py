@@ -216,9 +216,9 @@ def test_tracehound_worker_and_celery_worker_both_consume_a_queue(
         app.close()
 
 
-def test_worker_refuses_concurrency_above_one_on_a_model_queue(stack: LocalStack) -> None:
+def test_worker_refuses_more_slots_than_a_model_queue_shares(stack: LocalStack) -> None:
     done = run_cli(["worker", "--queues", "llm", "--concurrency", "4"], stack.env, timeout=30)
-    assert done.returncode == 2 and "one request at a time" in done.stderr
+    assert done.returncode == 2 and "at most 2 tasks at once" in done.stderr
 
 
 def test_watch_of_a_missing_path_exits_2_with_a_clear_error(stack: LocalStack) -> None:

@@ -30,6 +30,21 @@ def pool_children(pid: int) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+def child_running(sender: Any, worker: str, task: str) -> int:
+    """The pid of the pool child of ``worker`` (its node name's prefix, ``llm``) that runs
+    ``task`` now: a model worker has two children, and the idle one is not the test."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        active = sender.control.inspect(timeout=1.0).active() or {}
+        for node, running in active.items():
+            if node.startswith(f"{worker}@"):
+                for t in running:
+                    if t["name"].rsplit(".", 1)[-1] == task:
+                        return int(t["worker_pid"])
+        time.sleep(0.1)
+    raise AssertionError(f"no {worker} child runs {task}")
+
+
 def test_llm_worker_child_killed_mid_analysis_the_task_runs_again(
     stack: LocalStack,
     sender: Any,
@@ -51,7 +66,8 @@ def test_llm_worker_child_killed_mid_analysis_the_task_runs_again(
         while not ollama_sim.requests_to("/api/chat") and time.monotonic() < deadline:
             time.sleep(0.05)
         assert ollama_sim.requests_to("/api/chat"), "analysis never reached the model"
-        [child] = pool_children(llm.popen.pid)
+        child = child_running(sender, "llm", "analyze")
+        assert child in pool_children(llm.popen.pid)
         os.kill(child, signal.SIGKILL)  # what the OOM killer does to a busy model worker
 
         notification = result.get(timeout=120)
@@ -225,7 +241,8 @@ def test_embed_worker_child_killed_mid_drain_every_change_still_lands(
             for r in ollama_sim.requests_to("/api/embed")
         ):
             time.sleep(0.05)
-        [child] = pool_children(embed.popen.pid)
+        child = child_running(sender, "embed", "embed_backlog")
+        assert child in pool_children(embed.popen.pid)
         os.kill(child, signal.SIGKILL)  # mid-request: the drain never stored anything
     finally:
         ollama_sim.configure(latency={})

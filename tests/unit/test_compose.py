@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from shared.core.queues import ALL_QUEUES, MODEL_QUEUES
+from shared.stack.localstack import WORKER_GROUPS
 
 COMPOSE = Path(__file__).parents[2] / "docker-compose.yml"
 WORKER_COMMAND = ["tracehound", "worker"]
@@ -37,12 +38,21 @@ def test_every_queue_has_a_consumer(services: dict[str, Any]) -> None:
     assert set(consumers(services)) == set(ALL_QUEUES)
 
 
-def test_model_queues_have_one_consumer_at_concurrency_one(services: dict[str, Any]) -> None:
+def test_each_model_queue_has_one_worker_service(services: dict[str, Any]) -> None:
+    """One worker per model: its slots share the host's lease for that model."""
     found = consumers(services)
     for queue in MODEL_QUEUES:
-        [(service, concurrency)] = found[queue]
-        assert concurrency == "1", service
+        [(service, _)] = found[queue]
         assert services[service].get("deploy", {}).get("replicas", 1) == 1
+
+
+def test_the_worker_services_are_the_local_stacks(services: dict[str, Any]) -> None:
+    """Compose and ``tracehound up`` (the tests' and benchmarks' topology) run the same
+    workers: what is measured here is what compose deploys."""
+    for name, (queues, concurrency) in WORKER_GROUPS.items():
+        cmd = services[f"worker-{name}"]["command"]
+        assert option(cmd, "--queues") == ",".join(queues), name
+        assert option(cmd, "--concurrency") == str(concurrency), name
 
 
 def test_workers_reach_redis_chroma_and_the_hosts_ollama(services: dict[str, Any]) -> None:
