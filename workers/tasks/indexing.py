@@ -12,7 +12,6 @@ import logging
 from typing import Any
 
 import redis
-from celery import states
 from celery.exceptions import Ignore
 
 from shared.core import queues as q
@@ -32,6 +31,7 @@ from shared.index.indexing import (
 from shared.index.owners import OwnersStore
 from workers import context
 from workers.app import app, task_options
+from workers.results import store_successes
 from workers.retry import retry
 
 log = logging.getLogger(__name__)
@@ -140,9 +140,13 @@ def embed_backlog(self: Any, repo: str) -> dict[str, Any]:
         n = _store(repo, chunks)
         plans = [[FilePlan(**p) for p in e.plans] for e in entries]
         finish_files(repo, [p for ps in plans for p in ps], vectors=ctx.vectors, corpus=ctx.corpus)
-        for e, ps in zip(entries, plans, strict=True):
-            result = _result(repo, ps, embedded=len(e.chunks))
-            self.backend.store_result(e.task_id, result, states.SUCCESS)
+        store_successes(
+            self.backend,
+            [
+                (e.task_id, _result(repo, ps, embedded=len(e.chunks)))
+                for e, ps in zip(entries, plans, strict=True)
+            ],
+        )
     except TransientError as exc:
         raise retry(self, exc) from exc  # the entries stay; the retry does them all again
     except PermanentError as exc:
