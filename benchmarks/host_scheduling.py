@@ -100,10 +100,11 @@ def _epoch(when: datetime.datetime | None, fallback: float) -> float:
 
 
 def chat_gap(chats: list[dict[str, Any]]) -> float:
-    """The median time the host waits between one chat's reply and the next chat's request
-    (``chats`` in the order they came): how long the LLM stage takes to hand the host its
-    next request."""
-    gaps = [b["t"] - a["t_end"] for a, b in itertools.pairwise(chats)]
+    """The median time the host waits between one chat's reply and taking up the next chat
+    (``chats`` in the order the host took them up): none when the next one was already
+    waiting at the host (the LLM worker's second slot sent it), else how long the LLM stage
+    took to hand it over."""
+    gaps = [max(0.0, b.get("t_start", b["t"]) - a["t_end"]) for a, b in itertools.pairwise(chats)]
     return statistics.median(gaps) if gaps else 0.0
 
 
@@ -237,7 +238,7 @@ def run(
                 print("\n".join(timeline(served, t0, t0 + makespan)), flush=True)
             chats = sorted(
                 (e for e in served if "chat" in e.get("path", "") and e.get("t_end")),
-                key=lambda e: e["t"],
+                key=lambda e: e.get("t_start", e["t"]),  # the order the host took them up
             )
             bound = host_bound(served, latency, 2.0 * scale)
             return {
