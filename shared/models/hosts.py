@@ -55,8 +55,11 @@ PRIORITY_CHAIN = 1
 PRIORITY_BULK = 2
 HEAD_START_MS = {PRIORITY_QUERY: 60_000, PRIORITY_CHAIN: 30_000, PRIORITY_BULK: 0}
 
+# Joining needs more than the lease's model: the host must have it loaded already. Until the
+# holder that took the lease has finished its swap (unloaded the last model) and its first
+# call succeeded, a joiner's request could reach the host while the old model is still there.
 _ACQUIRE = """
--- KEYS: lease, fence, waiting, members ; ARGV: holder, model, ttl_ms, now_ms
+-- KEYS: lease, fence, waiting, members, loaded ; ARGV: holder, model, ttl_ms, now_ms
 local cur = redis.call('GET', KEYS[1])
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)
 local ahead = first[1] and first[1] ~= ARGV[1]
@@ -64,16 +67,17 @@ if cur then
   local d = cjson.decode(cur)
   if redis.call('ZSCORE', KEYS[4], ARGV[1]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])
-    return cur
+    return {cur, 'joined'}
   end
-  if d.model ~= ARGV[2] or ahead then
+  local loaded = redis.call('GET', KEYS[5])
+  if d.model ~= ARGV[2] or ahead or not loaded or cjson.decode(loaded).model ~= ARGV[2] then
     return false
   end
   redis.call('ZADD', KEYS[4], tonumber(ARGV[4]) + tonumber(ARGV[3]), ARGV[1])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[1])
-  return cur
+  return {cur, 'joined'}
 end
 if ahead then
   return false
@@ -85,12 +89,12 @@ redis.call('DEL', KEYS[4])
 redis.call('ZADD', KEYS[4], tonumber(ARGV[4]) + tonumber(ARGV[3]), ARGV[1])
 redis.call('PEXPIRE', KEYS[4], ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[1])
-return v
+return {v, 'taken'}
 """
 
 # The uncontended case in one round trip: nobody waits, and the lease is free or held for this
-# model (then this holder joins). Also returns the model left loaded on the host, which the
-# caller needs to decide on a swap.
+# model, loaded (then this holder joins). Also returns the model left loaded on the host, which
+# the caller needs to decide on a swap.
 _TAKE_FREE = """
 -- KEYS: lease, fence, waiting, loaded, members ; ARGV: holder, model, ttl_ms
 if redis.call('ZCARD', KEYS[3]) > 0 then
@@ -99,14 +103,15 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local cur = redis.call('GET', KEYS[1])
+local loaded = redis.call('GET', KEYS[4])
 if cur then
-  if cjson.decode(cur).model ~= ARGV[2] then
+  if cjson.decode(cur).model ~= ARGV[2] or not loaded or cjson.decode(loaded).model ~= ARGV[2] then
     return false
   end
   redis.call('ZADD', KEYS[5], now + tonumber(ARGV[3]), ARGV[1])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   redis.call('PEXPIRE', KEYS[5], ARGV[3])
-  return {cur, redis.call('GET', KEYS[4]) or ''}
+  return {cur, loaded, 'joined'}
 end
 local token = redis.call('INCR', KEYS[2])
 local v = cjson.encode({holder=ARGV[1], model=ARGV[2], token=token, since=now})
@@ -114,7 +119,7 @@ redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
 redis.call('DEL', KEYS[5])
 redis.call('ZADD', KEYS[5], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('PEXPIRE', KEYS[5], ARGV[3])
-return {v, redis.call('GET', KEYS[4]) or ''}
+return {v, loaded or '', 'taken'}
 """
 
 _RENEW = """
@@ -145,6 +150,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local members = redis.call('ZRANGE', KEYS[2], 0, -1)
 if #members ~= 1 or members[1] ~= ARGV[2] then return 0 end
 d.model = ARGV[3]
+d.holder = ARGV[2]
 redis.call('SET', KEYS[1], cjson.encode(d), 'KEEPTTL')
 return 1
 """
@@ -188,6 +194,10 @@ class Keys:
         self.members = keys.host(h, "members")
 
 
+def _text(raw: str | bytes) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
 def server_ms(r: redis.Redis) -> int:
     secs, micros = r.time()
     return int(secs) * 1000 + int(micros) // 1000
@@ -222,9 +232,9 @@ class HostLease:
         return waited_since_ms - HEAD_START_MS.get(priority, 0)
 
     def acquire(self, model: str, priority: int, timeout: float) -> dict[str, Any]:
-        """Wait (not holding anything) until this holder has the lease, or has joined its
-        holders for ``model``; its JSON value (``holder`` is whoever took it, not a joiner),
-        with ``"loaded"``: what the host had loaded (raw JSON) when it was taken at once."""
+        """Wait (not holding anything) until this holder has taken the lease, or has joined
+        its holders for ``model``; its JSON value, with ``"joined"`` and ``"loaded"``: what
+        the host had loaded (raw JSON) when it was taken at once."""
         k = self.keys
         ttl_ms = int(self.ttl * 1000)
         free = self._take_free(
@@ -234,7 +244,7 @@ class HostLease:
         if free:
             value: dict[str, Any] = json.loads(free[0])
             self.token, self.model, self.lost = int(value["token"]), model, False
-            return {**value, "loaded": free[1]}
+            return {**value, "loaded": free[1], "joined": _text(free[2]) == "joined"}
         deadline = time.monotonic() + timeout
         rank = self._rank(priority, server_ms(self.r))
         try:
@@ -252,13 +262,13 @@ class HostLease:
                 pipe.zadd(k.waiting, {self.holder: rank}, nx=True)
                 pipe.execute()
                 got = self._acquire(
-                    keys=[k.lease, k.fence, k.waiting, k.members],
+                    keys=[k.lease, k.fence, k.waiting, k.members, k.loaded],
                     args=[self.holder, model, ttl_ms, server_ms(self.r)],
                 )
                 if got:
-                    value = json.loads(got)
+                    value = json.loads(got[0])
                     self.token, self.model, self.lost = int(value["token"]), model, False
-                    return value
+                    return {**value, "joined": _text(got[1]) == "joined"}
                 self._prune_dead_waiters()
                 if time.monotonic() > deadline:
                     raise TransientError(f"host {self.host}: lease not free after {timeout:.0f}s")
@@ -391,8 +401,9 @@ class HostSession:
             self.last_activity = time.monotonic()
             self.last_priority = priority
         try:
-            if not self._ensure(model, url, kind, priority):
-                self.lease.check()  # held from an earlier call: fence it (acquired now: it is)
+            self._ensure(model, url, kind, priority)
+            # Fencing, also just after an acquisition: a swap's unload can outlast the TTL.
+            self.lease.check()
             started = time.monotonic()
             ok = False
             try:
@@ -438,25 +449,23 @@ class HostSession:
             if not self.pinned and self.lease.held and idle:
                 self._release()
 
-    def _ensure(self, model: str, url: str, kind: str, priority: int) -> bool:
-        """Hold the lease with ``model`` on the host; whether the lease was acquired now."""
+    def _ensure(self, model: str, url: str, kind: str, priority: int) -> None:
+        """Hold the lease with ``model`` on the host: taken (swapping models when the host had
+        another loaded), joined, or switched to under the lease when alone."""
         with self._lock:
             if self.lease.held and self.lease.model == model:
-                return False
+                return
             if self.lease.held and self.lease.switch(model):
                 self._switch_to(model, url, kind)  # another model of ours, under the lease
-                return False
+                return
             if self.lease.held:  # others share the lease for the model it holds: leave them
                 self._release()
             value = self.lease.acquire(model, priority, self.wait_timeout)
             self.tasks_in_hold = 0
             self.hold_started = time.monotonic()
             self._start_renewer()
-            if value.get("holder") == self.lease.holder:
-                # Taken, not joined: the model on the host may be another one. A joiner finds
-                # the model the holders it joined already serve (or are switching to).
+            if not value["joined"]:  # a joiner finds its model loaded already
                 self._switch_to(model, url, kind, value.get("loaded"))
-            return True
 
     def _switch_to(
         self, model: str, url: str, kind: str, loaded: str | bytes | None = None

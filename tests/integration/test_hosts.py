@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -42,6 +43,13 @@ TRACE = (DATA / "sample-error.txt").read_text()
 
 def new_host() -> str:
     return f"test-host-{uuid.uuid4().hex[:8]}"
+
+
+def loaded(r: redis.Redis, host: str, model: str) -> None:
+    """What a holder's first successful call records: the host has ``model`` loaded."""
+    r.set(
+        f"th:host:{host}:loaded", json.dumps({"model": model, "url": "http://x", "kind": "ollama"})
+    )
 
 
 # --- the lease itself ----------------------------------------------------------------------
@@ -235,6 +243,7 @@ def test_processes_serving_one_model_share_its_lease_until_the_last_leaves(
     host = new_host()
     a, b, other = (HostLease(redis_client, host, ttl=5) for _ in range(3))
     a.acquire("chat", PRIORITY_CHAIN, timeout=1)
+    loaded(redis_client, host, "chat")
     b.acquire("chat", PRIORITY_CHAIN, timeout=0.3)  # joins: the host has that model already
     assert a.token == b.token and host_status(redis_client, host)["holders"] == 2
     with pytest.raises(TransientError, match="not free"):
@@ -254,6 +263,7 @@ def test_nobody_joins_the_holders_ahead_of_a_waiter_for_another_model(
     host = new_host()
     a, late = HostLease(redis_client, host, ttl=5), HostLease(redis_client, host, ttl=5)
     a.acquire("chat", PRIORITY_CHAIN, timeout=1)
+    loaded(redis_client, host, "chat")
     got: list[str] = []
 
     def wait_for_embed() -> None:
@@ -278,6 +288,7 @@ def test_every_holder_of_a_shared_lease_is_fenced_when_it_is_taken_over(
     host = new_host()
     a, b = HostLease(redis_client, host), HostLease(redis_client, host)
     a.acquire("chat", PRIORITY_CHAIN, timeout=1)
+    loaded(redis_client, host, "chat")
     b.acquire("chat", PRIORITY_CHAIN, timeout=1)
     redis_client.delete(f"th:host:{host}:lease")
     HostLease(redis_client, host).acquire("embed", PRIORITY_QUERY, timeout=1)
@@ -295,6 +306,7 @@ def test_a_holder_killed_beside_another_frees_the_host_within_its_ttl(
         from shared.models.hosts import HostSession
         r = redis.Redis.from_url({settings.redis_url!r})
         s = HostSession(r, {host!r}, ttl=1.0)
+        s.call("chat", "http://x", "ollama", 1, lambda: None)  # the model is loaded
         s.call("chat", "http://x", "ollama", 1, lambda: print("holding", flush=True)
                or time.sleep(3600))
     """)
@@ -312,6 +324,19 @@ def test_a_holder_killed_beside_another_frees_the_host_within_its_ttl(
     finally:
         if holder.poll() is None:
             holder.kill()
+
+
+def test_nobody_joins_before_the_model_is_loaded(redis_client: redis.Redis) -> None:
+    """The holder that took the lease may still be unloading the last model: a joiner's
+    request would reach the host beside it. It joins once a call has loaded the model."""
+    host = new_host()
+    loaded(redis_client, host, "embed")  # what the host had before
+    taker, joiner = HostLease(redis_client, host, ttl=5), HostLease(redis_client, host, ttl=5)
+    assert not taker.acquire("chat", PRIORITY_CHAIN, timeout=1)["joined"]  # it swaps
+    with pytest.raises(TransientError, match="not free"):
+        joiner.acquire("chat", PRIORITY_CHAIN, timeout=0.3)
+    loaded(redis_client, host, "chat")  # the taker's first call went through
+    assert joiner.acquire("chat", PRIORITY_CHAIN, timeout=1)["joined"]
 
 
 def test_a_holder_calling_its_other_model_waits_for_those_sharing_the_first(
