@@ -166,7 +166,35 @@ def main() -> int:
         named = sorted({f"{fmt} in {ctx}" for fmt, ctx, bare in left if not bare})
         if named:
             print(f"\n{name}, left though named ({len(named)}): {', '.join(named[:60])}")
+    print_summary([results[name] for name, _ in checkouts], names)
     return 0
+
+
+def print_summary(runs_by_checkout: list[list[dict[str, Any]]], names: list[str]) -> None:
+    """The house table: this checkout measured, ``--reference``'s rules beside it (a dash
+    without one: no other rule set is at hand by default)."""
+
+    def figures(runs: list[dict[str, Any]]) -> list[str]:
+        left = runs[0]["left"]
+        return [
+            str(sum(1 for _, _, bare in left if not bare)),
+            f"{runs[0]['changed']:.2%}",
+            f"{runs[0]['code_changed']:.3%}",
+            *(_cell([r["ms"][t] for r in runs], ".2f") for t in names),
+        ]
+
+    ours = figures(runs_by_checkout[0])
+    ref = figures(runs_by_checkout[1]) if len(runs_by_checkout) > 1 else ["—"] * len(ours)
+    rows = [
+        ("secrets left though named", "0"),
+        ("identifiers changed", "≤ 1%"),
+        ("identifiers changed in held-out code", "—"),
+        *((f"{t}, ms", "—") for t in names),
+    ]
+    print("\n| figure | goal | measured | in-run reference: --reference |")
+    print("|---|---|---:|---:|")
+    for (figure, goal), a, b in zip(rows, ours, ref, strict=True):
+        print(f"| {figure} | {goal} | {a} | {b} |")
 
 
 if __name__ == "__main__":
