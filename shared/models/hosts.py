@@ -6,11 +6,12 @@ runs under that host's lease, whichever worker process or machine makes it:
 - the lease is a Redis key with a TTL that a background thread renews; a holder that dies
   (``kill -9``) stops renewing and the lease expires — no deadlock;
 - the lease is for one model, and the processes that serve that model share it: one that asks
-  while the lease is held for its model, and nobody else waits (or it is first in line), joins
-  the holders. Each holder is a member with its own expiry; the lease is free once the last
-  member leaves (or expires). Two analyses' chats then queue at the host instead of one
-  waiting for the other's worker to post to Slack and fetch the next task, which left the host
-  idle between every two chats; the model on the host is still only ever one;
+  while the lease is held for its model, the host has that model loaded, and nobody else
+  waits (or it is first in line), joins the holders. Each holder is a member with its own
+  expiry; the lease is free once the last member leaves (or expires). Two analyses' chats
+  then queue at the host instead of one waiting for the other's worker to post to Slack and
+  fetch the next task, which left the host idle between every two chats; the model on the
+  host is still only ever one;
 - each acquisition takes a new fencing token from a counter; a holder checks its token before
   every call, so one that lost the lease (expired, or the key deleted by hand) cannot carry on;
 - the holder keeps the lease while its own queue has work (the model stays loaded), up to a
