@@ -199,7 +199,6 @@ def test_a_lost_post_in_a_busy_channel_is_found_at_one_request_a_minute(
     key = "th:notified:contract-lost"
     lost, notifier = _lost_post(workspace, fresh_redis, key, thread_ts=thread_ts, others=40)
     workspace.configure(marketplace=False, tier1_period=1.0)
-    posts_before = len(workspace.messages)
     timing = claims.Timing(stale_s=90, settle_s=0)
     state = claims.take(fresh_redis, key, timing)
     assert isinstance(state, claims.Pending)
@@ -217,7 +216,10 @@ def test_a_lost_post_in_a_busy_channel_is_found_at_one_request_a_minute(
             waits += 1
             time.sleep(exc.retry_after)
     assert found == lost
-    assert len(workspace.messages) == posts_before  # not posted again
+    # Not posted again: no message says "again". (Not a count of every message: the session's
+    # simulator is also the local stack's workers' Slack, and they may deliver for another
+    # test meanwhile.)
+    assert not [m for m in workspace.messages if m.get("text") == "again"]
     method = "conversations.replies" if in_thread else "conversations.history"
     pages = [r["body"] for r in workspace.requests_to(method) if r["status"] == 200]
     assert len(pages) == 3 and waits >= 2  # 41 or 42 messages, 15 a page, one page a period
