@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from shared.core.pipeline import enqueue_error, enqueue_thread_reply, sender_app
+from shared.core.queues import MODEL_SLOTS
 from shared.core.settings import Settings
 from shared.devtools.redis_cut import RedisCut
 from shared.devtools.simulators.ollama import OllamaSimulator
@@ -114,13 +115,15 @@ def test_a_chain_whose_message_redis_popped_and_never_answered_is_started_again(
     sweep (shared/core/inflight.py) knows the chain; it starts it again, and it posts once."""
     stack, cut, real_url = cut_stack
     app = sender_app(Settings(redis_url=real_url))
-    services = [f"svc-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    services = [f"svc-{uuid.uuid4().hex[:6]}" for _ in range(MODEL_SLOTS + 1)]
     logged = logged_since(stack)
-    # The second analyze message is cut: it waited on the llm queue while the first was
-    # analysed, so the stage before it had long been acknowledged (no redelivery of that stage
-    # can bring it back: only the in-flight sweep can).
-    cut.arm("llm", down_s=2.0, swallow=True, skip=1)
-    ollama_sim.configure(latency={"chat": 2.0})  # the first analysis holds the llm worker
+    # The last analyze message is cut: it waited on the llm queue while the others were
+    # analysed (one per slot of the llm worker), so the stage before it had long been
+    # acknowledged (no redelivery of that stage can bring it back: only the in-flight sweep
+    # can). One slot fewer busy, and the llm worker takes it as it is sent: the rerank task
+    # that sent it is not acknowledged yet, and the cut's dropped connections redeliver that.
+    cut.arm("llm", down_s=2.0, swallow=True, skip=MODEL_SLOTS)
+    ollama_sim.configure(latency={"chat": 2.0})  # the first analyses hold the llm worker
     try:
         results = [
             enqueue_error(app, parse_event(TRACE, service=s, repo="nowhere")) for s in services
@@ -131,13 +134,13 @@ def test_a_chain_whose_message_redis_popped_and_never_answered_is_started_again(
                 m for m in slack_sim.messages if not m.get("thread_ts") and service in json.dumps(m)
             ]
 
-        wait_until(lambda: cut.cuts == 1, 60, "the second analyze message swallowed")
-        wait_until(lambda: all(posts(s) for s in services), 90, "both messages")
+        wait_until(lambda: cut.cuts == 1, 60, "the last analyze message swallowed")
+        wait_until(lambda: all(posts(s) for s in services), 90, "every message")
     finally:
         ollama_sim.configure(latency={})
-    assert [r.get(timeout=30)["destination"] for r in results] == ["slack", "slack"]
+    assert [r.get(timeout=30)["destination"] for r in results] == ["slack"] * len(services)
     time.sleep(2)
-    assert [len(posts(s)) for s in services] == [1, 1]
+    assert [len(posts(s)) for s in services] == [1] * len(services)
     workers = [p for p in stack.procs if p.name.startswith("worker-")]
     assert all(p.alive() for p in workers)
     assert logged("inflight.restarted")
