@@ -56,11 +56,21 @@ PRIORITY_CHAIN = 1
 PRIORITY_BULK = 2
 HEAD_START_MS = {PRIORITY_QUERY: 60_000, PRIORITY_CHAIN: 30_000, PRIORITY_BULK: 0}
 
+# Redis server time in ms, in a script: expiries and ranks never use a worker's clock.
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
 # Joining needs more than the lease's model: the host must have it loaded already. Until the
 # holder that took the lease has finished its swap (unloaded the last model) and its first
 # call succeeded, a joiner's request could reach the host while the old model is still there.
-_ACQUIRE = """
--- KEYS: lease, fence, waiting, members, loaded ; ARGV: holder, model, ttl_ms, now_ms
+_ACQUIRE = (
+    """
+-- KEYS: lease, fence, waiting, members, loaded ; ARGV: holder, model, ttl_ms
+"""
+    + _NOW
+    + """
 local cur = redis.call('GET', KEYS[1])
 local first = redis.call('ZRANGE', KEYS[3], 0, 0)
 local ahead = first[1] and first[1] ~= ARGV[1]
@@ -74,7 +84,7 @@ if cur then
   if d.model ~= ARGV[2] or ahead or not loaded or cjson.decode(loaded).model ~= ARGV[2] then
     return false
   end
-  redis.call('ZADD', KEYS[4], tonumber(ARGV[4]) + tonumber(ARGV[3]), ARGV[1])
+  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[1])
@@ -84,25 +94,28 @@ if ahead then
   return false
 end
 local token = redis.call('INCR', KEYS[2])
-local v = cjson.encode({holder=ARGV[1], model=ARGV[2], token=token, since=tonumber(ARGV[4])})
+local v = cjson.encode({holder=ARGV[1], model=ARGV[2], token=token, since=now})
 redis.call('SET', KEYS[1], v, 'PX', ARGV[3])
 redis.call('DEL', KEYS[4])
-redis.call('ZADD', KEYS[4], tonumber(ARGV[4]) + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('PEXPIRE', KEYS[4], ARGV[3])
 redis.call('ZREM', KEYS[3], ARGV[1])
 return {v, 'taken'}
 """
+)
 
 # The uncontended case in one round trip: nobody waits, and the lease is free or held for this
 # model, loaded (then this holder joins). Also returns the model left loaded on the host, which
 # the caller needs to decide on a swap.
-_TAKE_FREE = """
+_TAKE_FREE = (
+    """
 -- KEYS: lease, fence, waiting, loaded, members ; ARGV: holder, model, ttl_ms
 if redis.call('ZCARD', KEYS[3]) > 0 then
   return false
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+    + _NOW
+    + """
 local cur = redis.call('GET', KEYS[1])
 local loaded = redis.call('GET', KEYS[4])
 if cur then
@@ -122,31 +135,37 @@ redis.call('ZADD', KEYS[5], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('PEXPIRE', KEYS[5], ARGV[3])
 return {v, loaded or '', 'taken'}
 """
+)
 
-_RENEW = """
+_RENEW = (
+    """
 -- KEYS: lease, members ; ARGV: token, ttl_ms, holder
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 if cjson.decode(cur).token ~= tonumber(ARGV[1]) then return 0 end
 if not redis.call('ZSCORE', KEYS[2], ARGV[3]) then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+    + _NOW
+    + """
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1
 """
+)
 
 # A holder that calls another of its models under the lease (a worker serving two model
 # queues): the lease's model changes only while it is the lease's only member.
-_SWITCH = """
+_SWITCH = (
+    """
 -- KEYS: lease, members ; ARGV: token, holder, model
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 local d = cjson.decode(cur)
 if d.token ~= tonumber(ARGV[1]) then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+    + _NOW
+    + """
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local members = redis.call('ZRANGE', KEYS[2], 0, -1)
 if #members ~= 1 or members[1] ~= ARGV[2] then return 0 end
@@ -155,14 +174,17 @@ d.holder = ARGV[2]
 redis.call('SET', KEYS[1], cjson.encode(d), 'KEEPTTL')
 return 1
 """
+)
 
-_RELEASE = """
+_RELEASE = (
+    """
 -- KEYS: lease, members ; ARGV: token, holder
+"""
+    + _NOW
+    + """
 local cur = redis.call('GET', KEYS[1])
 if cur and cjson.decode(cur).token == tonumber(ARGV[1]) then
   redis.call('ZREM', KEYS[2], ARGV[2])
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if redis.call('ZCARD', KEYS[2]) == 0 then
     redis.call('DEL', KEYS[1], KEYS[2])
@@ -171,6 +193,7 @@ if cur and cjson.decode(cur).token == tonumber(ARGV[1]) then
 end
 return 0
 """
+)
 
 
 class LeaseLost(TransientError):
@@ -195,8 +218,9 @@ class Keys:
         self.members = keys.host(h, "members")
 
 
-def _text(raw: str | bytes) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw
+def _text(raw: Any) -> str:
+    """A Redis reply's string (bytes from a client without decode_responses)."""
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def server_ms(r: redis.Redis) -> int:
@@ -264,7 +288,7 @@ class HostLease:
                 pipe.execute()
                 got = self._acquire(
                     keys=[k.lease, k.fence, k.waiting, k.members, k.loaded],
-                    args=[self.holder, model, ttl_ms, server_ms(self.r)],
+                    args=[self.holder, model, ttl_ms],
                 )
                 if got:
                     value = json.loads(got[0])
@@ -282,7 +306,7 @@ class HostLease:
         k = self.keys
         waiting: list[Any] = list(self.r.zrange(k.waiting, 0, 4))
         for w in waiting:
-            name = str(w.decode() if isinstance(w, bytes) else w)
+            name = _text(w)
             if name != self.holder and not self.r.exists(k.waiter + name):
                 self.r.zrem(k.waiting, name)  # a waiter that died while queued
 
@@ -306,17 +330,11 @@ class HostLease:
             raise LeaseLost(f"host {self.host}: lease lost (expired or removed); not calling it")
 
     def others_waiting(self) -> bool:
-        return any(
-            (w.decode() if isinstance(w, bytes) else w) != self.holder
-            for w in self.r.zrange(self.keys.waiting, 0, -1)
-        )
+        return any(_text(w) != self.holder for w in self.r.zrange(self.keys.waiting, 0, -1))
 
     def waiting_ahead_of(self, priority: int) -> bool:
         """Another live waiter has work more urgent than ``priority`` (lower goes first)."""
-        others = [
-            w.decode() if isinstance(w, bytes) else str(w)
-            for w in self.r.zrange(self.keys.waiting, 0, -1)
-        ]
+        others = [_text(w) for w in self.r.zrange(self.keys.waiting, 0, -1)]
         others = [w for w in others if w != self.holder]
         if not others:
             return False
@@ -566,9 +584,7 @@ def host_status(r: redis.Redis, host: str) -> dict[str, Any]:
     lease = r.get(k.lease)
     loaded = r.get(k.loaded)
     members = r.zcard(k.members) if lease else 0
-    stats = {
-        (a.decode() if isinstance(a, bytes) else a): int(b) for a, b in r.hgetall(k.stats).items()
-    }
+    stats = {_text(a): int(b) for a, b in r.hgetall(k.stats).items()}
     return {
         "host": host,
         "holder": json.loads(lease) if lease else None,
@@ -584,5 +600,5 @@ def host_status(r: redis.Redis, host: str) -> dict[str, Any]:
 def known_hosts(r: redis.Redis) -> list[str]:
     hosts = set()
     for key in r.scan_iter(match=keys.HOST_STATS_PATTERN):
-        hosts.add(keys.host_of_stats_key(key.decode() if isinstance(key, bytes) else key))
+        hosts.add(keys.host_of_stats_key(_text(key)))
     return sorted(hosts)
