@@ -1,6 +1,7 @@
 """A storm sustained end to end: offered to HTTP ingest, counted by the intake worker.
 
     python benchmarks/ingest_sustained.py [--rate 20000] [--seconds 60] [--clients 4] [--runs 3]
+        [--dedup-max-ids N] [--dedup-min-ttl S]
 
 Starts a private redis-server, ``tracehound ingest`` (one uvicorn process, the default
 ``TRACEHOUND_INGEST_MAX_BACKLOG``) and a real ``celery worker`` on the ``intake`` queue
@@ -10,8 +11,14 @@ group, as in a storm) at ``--rate`` events/s in all for ``--seconds``; a 503 is 
 its ``Retry-After``, as Vector and Fluent Bit do. The group's count in Redis is read every 20 ms.
 
 Reported per run: events accepted and counted per second over the offered period, the lag from
-a batch's 202 to the moment the count includes it (p50, p99), and the 503s (the backpressure
-of producers/ingest/events.py). The in-run reference is the offered rate.
+a batch's 202 to the moment the count includes it (p50, p99), the 503s (the backpressure
+of producers/ingest/events.py), and Redis's memory: its peak (``used_memory``, read every
+second) and the event ids remembered for dedup when the offered period ends, beside every id
+counted (what an unbounded store would remember). ``--dedup-max-ids`` / ``--dedup-min-ttl``
+set TRACEHOUND_DEDUP_MAX_IDS / _MIN_TTL for the worker: with the defaults (2,000,000 ids, 60 s)
+a 60-s run at 20,000 events/s ends before any id is let go (the window is 100 s), so the
+bound shows on a longer run or at a smaller scale (``--dedup-max-ids 200000 --dedup-min-ttl
+5``: a 10-s window). The in-run reference is the offered rate.
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ def lags_of(accepted: list[float], counts: list[tuple[float, int]], base: int) -
     return lags
 
 
-def run_once(rate: float, seconds: float, clients: int) -> dict[str, float]:
+def run_once(rate: float, seconds: float, clients: int, dedup: dict[str, str]) -> dict[str, float]:
     # Each record is benchmarks/ingest.py's, its request number spliced into its JSON: the
     # clients share the 2 cores with what is measured, and json.dumps of a 1.4 KB record per
     # event cost them as much as the front door's own work.
@@ -68,7 +75,7 @@ def run_once(rate: float, seconds: float, clients: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="th-sustained-") as tmp:
         work = Path(tmp)
         redis_proc, redis_url = start_redis(work)
-        env = {"TRACEHOUND_REDIS_URL": redis_url, "TRACEHOUND_DATA_DIR": str(work)}
+        env = {"TRACEHOUND_REDIS_URL": redis_url, "TRACEHOUND_DATA_DIR": str(work), **dedup}
         ingest, url = start_ingest(work, {**env, "TRACEHOUND_INGEST_TOKEN": TOKEN})
         worker = start_worker("intake", ["intake"], 2, work, env)
         r = redis.Redis.from_url(redis_url)
@@ -76,6 +83,7 @@ def run_once(rate: float, seconds: float, clients: int) -> dict[str, float]:
         refused = [0]
         lock = threading.Lock()
         counts: list[tuple[float, int]] = []
+        memory = [0]  # peak used_memory, bytes
         stop = threading.Event()
 
         def poll() -> None:
@@ -89,6 +97,8 @@ def run_once(rate: float, seconds: float, clients: int) -> dict[str, float]:
                     )
                 total = int(r.hget(key, "total") or 0) if key else 0
                 counts.append((time.monotonic(), total))
+                if len(counts) % 50 == 0:  # about once a second
+                    memory[0] = max(memory[0], int(r.info("memory")["used_memory"]))
                 time.sleep(0.02)
 
         def offer(client: int, t0: float) -> None:
@@ -137,6 +147,7 @@ def run_once(rate: float, seconds: float, clients: int) -> dict[str, float]:
             for t in threads:
                 t.join()
             offered_end = time.monotonic()
+            remembered = sum(1 for _ in r.scan_iter(match="th:seen:*", count=10_000))
             want = base + len(accepted) * BATCH
             deadline = time.monotonic() + 600
             while (not counts or counts[-1][1] < want) and time.monotonic() < deadline:
@@ -158,6 +169,9 @@ def run_once(rate: float, seconds: float, clients: int) -> dict[str, float]:
         "lag_p99": pct(lags, 0.99),
         "refused": refused[0],
         "uncounted": float(len(accepted) - len(lags)),
+        "peak_mb": memory[0] / (1 << 20),
+        "remembered": float(remembered),
+        "ids_counted": float(base + in_span),
     }
 
 
@@ -167,15 +181,24 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--dedup-max-ids", type=int, help="TRACEHOUND_DEDUP_MAX_IDS (2,000,000)")
+    ap.add_argument("--dedup-min-ttl", type=int, help="TRACEHOUND_DEDUP_MIN_TTL (60 s)")
     args = ap.parse_args()
+    dedup = {
+        f"TRACEHOUND_DEDUP_{name}": str(value)
+        for name, value in (("MAX_IDS", args.dedup_max_ids), ("MIN_TTL", args.dedup_min_ttl))
+        if value is not None
+    }
     runs = []
     for i in range(args.runs):
-        got = run_once(args.rate, args.seconds, args.clients)
+        got = run_once(args.rate, args.seconds, args.clients, dedup)
         runs.append(got)
         print(
             f"run {i + 1}/{args.runs}: accepted {got['accepted']:,.0f}/s, counted "
             f"{got['counted']:,.0f}/s, lag p50 {got['lag_p50']:.2f} s p99 {got['lag_p99']:.2f} s, "
-            f"503s {got['refused']:.0f}, batches never counted {got['uncounted']:.0f}",
+            f"503s {got['refused']:.0f}, batches never counted {got['uncounted']:.0f}, Redis "
+            f"peak {got['peak_mb']:,.0f} MB, ids remembered {got['remembered']:,.0f} of "
+            f"{got['ids_counted']:,.0f}",
             flush=True,
         )
 
@@ -187,7 +210,8 @@ def main() -> int:
     print(
         f"\n{args.rate:,.0f} events/s offered for {args.seconds:g} s by {args.clients} clients "
         f"(NDJSON, {BATCH} per request), ingest + intake worker (concurrency 2) + Redis on this "
-        f"machine; median of {args.runs} runs (min–max)\n"
+        f"machine; {', '.join(f'{k}={v}' for k, v in dedup.items()) or 'default dedup bound'}; "
+        f"median of {args.runs} runs (min–max)\n"
     )
     print("| figure | goal | measured | in-run reference |")
     print("|---|---|---:|---:|")
@@ -200,6 +224,12 @@ def main() -> int:
     print(f"| accepted → counted, p99 | ≤ {GOAL_LAG_P99:g} s | {cell('lag_p99', '{:.2f}')} s | — |")
     print(f"| accepted → counted, p50 | — | {cell('lag_p50', '{:.2f}')} s | — |")
     print(f"| 503 + Retry-After (backlog past its bound) | — | {cell('refused', '{:.0f}')} | — |")
+    print(
+        f"| event ids remembered for dedup, at the end | ≤ TRACEHOUND_DEDUP_MAX_IDS "
+        f"({args.dedup_max_ids if args.dedup_max_ids is not None else 2_000_000:,}) "
+        f"| {cell('remembered', '{:,.0f}')} | every id counted: {cell('ids_counted', '{:,.0f}')} |"
+    )
+    print(f"| Redis used_memory, peak | — | {cell('peak_mb', '{:,.0f}')} MB | — |")
     return 0
 
 

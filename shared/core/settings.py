@@ -412,7 +412,22 @@ class Settings(BaseSettings):
         3600,
         ge=60,
         description="Seconds an event id is remembered: a replay or a shipper's retry within "
-        "it counts once (about 120 bytes of Redis per event).",
+        "it counts once (about 150 bytes of Redis per event). Shorter in a storm: see "
+        "TRACEHOUND_DEDUP_MAX_IDS.",
+    )
+    dedup_max_ids: int = Field(
+        2_000_000,
+        ge=0,
+        description="About how many event ids are remembered at a time (150 bytes of Redis "
+        "each: 300 MB): in a storm an id is kept this many divided by the ids per second, when "
+        "that is shorter than TRACEHOUND_DEDUP_TTL. A replay older than that counts again. 0: "
+        "no bound.",
+    )
+    dedup_min_ttl: int = Field(
+        60,
+        ge=1,
+        description="Seconds an event id is remembered however hard the storm: a replay "
+        "(a tailer's restart, a shipper's retry) within it still counts once.",
     )
     grouping_config: Path | None = Field(
         None, description="JSON/YAML: per-service in-app path prefixes and custom rules."

@@ -6,11 +6,18 @@ Keys per group (``{fp}`` is the fingerprint value):
                          thread_reply_at
   th:group:{fp}:message  the last message posted for the group (JSON: text, blocks), so a
                          repeat can update its count with chat.update
-  th:seen:{event id}     the event was counted (kept ``dedup_ttl`` seconds)
+  th:seen:{event id}     the event was counted (kept ``dedup_ttl`` seconds, less in a storm)
+  th:seen-rate           ids offered in this second and the last (the storm's rate)
 Counting is one Lua script, so a storm of identical events yields exactly one "new", and an
 event id counts once: a tailer's replay after a restart, a copy of a rotated file or a
 shipper's retried batch adds nothing (and a replay still starts the window's analysis if the
 producer died before it enqueued it).
+
+An id costs about 150 bytes of Redis while it is remembered, so a storm of 20,000 events/s
+would hold 10 GB after an hour of ``dedup_ttl``. The ids remembered are held near
+``max_ids`` instead: an id is kept ``max_ids`` / (ids offered per second, the last whole
+second or this one) seconds when that is shorter, never less than ``min_ttl``. A replay older
+than that counts again (an over-count, never a loss).
 """
 
 from __future__ import annotations
@@ -31,13 +38,31 @@ START_OVERDUE_MS = 30_000  # a window's chain not marked started by then is star
 _RECORD = (
     """
 -- Counts a batch of events of one group, in order, each as if recorded alone.
--- KEYS: group, then one seen key per event ; ARGV: window_ms, service, expiry_s, stale_ms,
--- seen_ttl_s, then one event id per event. Returns "new:window_start:count:duplicate" per
--- event (one string each: a reply of 100 four-element arrays costs the Python client more to
--- parse than the script takes to run), then {total, first_seen, now}.
+-- KEYS: group, the seen rate, then one seen key per event ; ARGV: window_ms, service,
+-- expiry_s, stale_ms, seen_ttl_s, min_ttl_s, max_ids, then one event id per event. Returns
+-- "new:window_start:count:duplicate" per event (one string each: a reply of 100 four-element
+-- arrays costs the Python client more to parse than the script takes to run), then
+-- {total, first_seen, now, seen_ttl_s used}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window_ms, stale_ms = tonumber(ARGV[1]), tonumber(ARGV[4])
+-- How long an id is remembered: seen_ttl_s, shortened in a storm so that about max_ids are
+-- remembered at a time (the ids offered per second, the last whole one or this one, times
+-- the time each is kept), never below min_ttl_s.
+local ttl, max_ids = tonumber(ARGV[5]), tonumber(ARGV[7])
+local sec = math.floor(now / 1000)
+local rate = redis.call('HMGET', KEYS[2], 'sec', 'n', 'prev')
+local rsec, n, prev = tonumber(rate[1]), tonumber(rate[2]) or 0, tonumber(rate[3]) or 0
+if rsec ~= sec then
+  if rsec == sec - 1 then prev = n else prev = 0 end
+  n = 0
+end
+n = n + #KEYS - 2
+redis.call('HSET', KEYS[2], 'sec', sec, 'n', n, 'prev', prev)
+redis.call('EXPIRE', KEYS[2], 10)
+if max_ids > 0 then
+  ttl = math.max(tonumber(ARGV[6]), math.min(ttl, math.floor(max_ids / math.max(prev, n))))
+end
 local out = {}
 local counted = 0
 -- The group's window as the call starts. Only this script writes these fields ('started' is
@@ -50,10 +75,10 @@ local ws0, pending0 = ws, pending
 -- A window opened by this call counts as started for the rest of it: its producer starts the
 -- chain right after, as it would have before recording the next event one by one.
 local opened = nil
-for i = 2, #KEYS do
-  local id = ARGV[4 + i]
+for i = 3, #KEYS do
+  local id = ARGV[5 + i]
   local st = opened or started
-  if not redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[5]) then
+  if not redis.call('SET', KEYS[i], '1', 'NX', 'EX', ttl) then
     -- Counted before: count nothing. If this event opened the window and its chain was never
     -- enqueued (the producer died in between), its replay starts it now.
     local again = 0
@@ -98,7 +123,7 @@ if counted > 0 then
     + """
 end
 local g = redis.call('HMGET', KEYS[1], 'total', 'first_seen', 'last_seen')
-out[#out + 1] = {tonumber(g[1]) or 0, tonumber(g[2]) or now, tonumber(g[3]) or now}
+out[#out + 1] = {tonumber(g[1]) or 0, tonumber(g[2]) or now, tonumber(g[3]) or now, ttl}
 return out
 """
 )
@@ -137,13 +162,30 @@ def _s(v: Any) -> str | None:
 
 
 DEDUP_TTL_S = 3600
+DEDUP_MIN_TTL_S = 60
+DEDUP_MAX_IDS = 2_000_000
 
 
 class GroupStore:
-    def __init__(self, r: redis.Redis, *, window_s: float, dedup_ttl_s: int = DEDUP_TTL_S) -> None:
+    """``dedup_ttl_s``: how long an event id is remembered, shortened in a storm so that about
+    ``dedup_max_ids`` are (never below ``dedup_min_ttl_s``; 0 ids: no bound); see the module
+    doc. ``dedup_window_s``: what the last count used."""
+
+    def __init__(
+        self,
+        r: redis.Redis,
+        *,
+        window_s: float,
+        dedup_ttl_s: int = DEDUP_TTL_S,
+        dedup_min_ttl_s: int = DEDUP_MIN_TTL_S,
+        dedup_max_ids: int = DEDUP_MAX_IDS,
+    ) -> None:
         self.r = r
         self.window_ms = int(window_s * 1000)
         self.dedup_ttl_s = dedup_ttl_s
+        self.dedup_min_ttl_s = max(1, min(dedup_min_ttl_s, dedup_ttl_s))  # EX 0 is refused
+        self.dedup_max_ids = dedup_max_ids
+        self.dedup_window_s = dedup_ttl_s
         self._record = r.register_script(_RECORD)
 
     def record(self, fp: str, service: str, event_id: str) -> Occurrence:
@@ -159,22 +201,27 @@ class GroupStore:
         group the ids count in order, exactly as one ``record`` each would."""
         if len(batches) == 1:  # no pipeline: it would first ask whether the script is loaded
             fp, service, ids = batches[0]
-            return [self._parse(fp, self._call(fp, service, ids, self.r))]
-        pipe = self.r.pipeline(transaction=False)
-        for fp, service, ids in batches:
-            self._call(fp, service, ids, pipe)
-        replies = pipe.execute()
+            replies = [self._call(fp, service, ids, self.r)]
+        else:
+            pipe = self.r.pipeline(transaction=False)
+            for fp, service, ids in batches:
+                self._call(fp, service, ids, pipe)
+            replies = pipe.execute()
+        if replies:
+            self.dedup_window_s = int(replies[-1][-1][3])
         return [self._parse(fp, reply) for (fp, _, _), reply in zip(batches, replies, strict=True)]
 
     def _call(self, fp: str, service: str, ids: Sequence[str], client: Any) -> Any:
         return self._record(
-            keys=[keys.group(fp), *(keys.seen(service, i) for i in ids)],
+            keys=[keys.group(fp), keys.SEEN_RATE, *(keys.seen(service, i) for i in ids)],
             args=[
                 self.window_ms,
                 service,
                 IDLE_EXPIRY_S,
                 START_OVERDUE_MS,
                 self.dedup_ttl_s,
+                self.dedup_min_ttl_s,
+                self.dedup_max_ids,
                 *ids,
             ],
             client=client,
@@ -182,7 +229,7 @@ class GroupStore:
 
     @staticmethod
     def _parse(fp: str, reply: list[Any]) -> list[Occurrence]:
-        total, first, now = (int(v) for v in reply[-1])
+        total, first, now = (int(v) for v in reply[-1][:3])
         out = []
         for item in reply[:-1]:
             new, ws, count, dup = (int(v) for v in item.split(b":"))

@@ -24,6 +24,7 @@ from celery.result import AsyncResult
 
 from shared.core import inflight, keys
 from shared.core.domain import ErrorEvent, GroupRef
+from shared.core.logs import Throttle
 from shared.core.pipeline import (
     analysis_message,
     enqueue_drain,
@@ -76,7 +77,14 @@ class Intake:
         counted: Callable[[str, bool], None] | None = None,
     ) -> None:
         self.app, self.settings, self.counted = app, settings, counted
-        self.groups = GroupStore(r, window_s=settings.group_window, dedup_ttl_s=settings.dedup_ttl)
+        self.groups = GroupStore(
+            r,
+            window_s=settings.group_window,
+            dedup_ttl_s=settings.dedup_ttl,
+            dedup_min_ttl_s=settings.dedup_min_ttl,
+            dedup_max_ids=settings.dedup_max_ids,
+        )
+        self._throttle = Throttle()
         self.redactor = Redactor.from_settings(
             settings.redact, settings.redact_extra, settings.redact_disable
         )
@@ -118,6 +126,7 @@ class Intake:
         for at, counted in zip(positions.values(), self.groups.record_many(batches), strict=True):
             found.update(zip(at, counted, strict=True))
         occurrences = [found[i] for i in range(len(prepared))]
+        self._say_dedup_window()
         # An event that opened its group's window goes on to analysis: its message redacted
         # now, if _prepare left it (the other events are only counted: their messages are read
         # by nothing).
@@ -145,6 +154,20 @@ class Intake:
             Submitted(event.id, fp, i in results, occ.count, results.get(i), occ.duplicate)
             for i, ((event, fp), occ) in enumerate(zip(prepared, occurrences, strict=True))
         ]
+
+    def _say_dedup_window(self) -> None:
+        """A storm shortened how long event ids are remembered: said once a minute."""
+        window, ceiling = self.groups.dedup_window_s, self.settings.dedup_ttl
+        if window < ceiling and (held := self._throttle.allow("dedup")) is not None:
+            log.warning(
+                "intake.dedup_window_shortened",
+                extra={
+                    "dedup_window_s": window,
+                    "dedup_ttl_s": ceiling,
+                    "max_ids": self.settings.dedup_max_ids,
+                    "repeated": held,
+                },
+            )
 
     def _prepare(self, event: ErrorEvent) -> tuple[ErrorEvent, str, bool]:
         """(the event held to its repos, redacted, with its trace; its group's fingerprint;
