@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 import redis
 import redis.asyncio as aioredis
 from kombu.exceptions import OperationalError
@@ -45,9 +46,11 @@ from producers.ingest.replies import (
     JSONReply,
     backlogged,
     group_replies,
+    lagging,
     unavailable,
 )
 from shared.core import queues
+from shared.core.messages import SENT_AT
 from shared.core.pipeline import intake_batch_message
 from shared.groups.submit import Intake
 from shared.intake.batch import (
@@ -212,9 +215,17 @@ class Spool:
     Backpressure: every LPUSH answers the queue's length, so the spool knows the backlog at
     no extra cost. Past ``ingest_max_backlog`` batches it answers 503 with Retry-After (what
     Vector, Fluent Bit and the SDKs retry) instead of queuing more, and asks Redis for the
-    length again at most every ``RECHECK_S`` until the intake worker has caught up."""
+    length again at most every ``RECHECK_S`` until the intake worker has caught up.
+
+    A bound in batches holds the lag only on a machine as fast as the one it was chosen on (500
+    batches were 2.5 s of the intake worker's work on one, 3.7 s on a slower one), so the lag
+    is bounded too: while batches wait, the spool reads the oldest one's send time (the tail
+    of the list, where kombu's RPOP takes from) at most every ``LAG_RECHECK_S``, and past
+    ``ingest_max_lag`` seconds it answers 503 with Retry-After until the worker has caught
+    up. Send times are the ingest servers' clocks (shared/core/messages.py)."""
 
     RECHECK_S = 0.5
+    LAG_RECHECK_S = 0.1
 
     def __init__(
         self,
@@ -230,6 +241,9 @@ class Spool:
         self.client: aioredis.Redis | None = None
         self.backlog = 0  # the queue's length as Redis last said it
         self.backlog_at = 0.0
+        self.max_lag = intake.settings.ingest_max_lag
+        self.lag = 0.0  # seconds the oldest waiting batch had waited, as last read
+        self.lag_at = 0.0
 
     async def __call__(self, raw: bytes, digest: str, service: str | None) -> JSONReply:
         def check() -> tuple[dict[str, Any], int, Outgoing | None]:
@@ -256,6 +270,9 @@ class Spool:
                 if self.backlog >= self.max_backlog:
                     self.refused(BACKLOG)
                     return backlogged(self.backlog, self.max_backlog)
+            if await self._lagging():
+                self.refused(BACKLOG)
+                return lagging(self.lag, self.max_lag)
         except (redis.RedisError, OSError) as exc:
             self.refused(REDIS)
             return unavailable(exc)
@@ -273,3 +290,29 @@ class Spool:
                 self.refused(REDIS)
                 return unavailable(exc)
         return JSONReply(reply, status_code=status)
+
+    async def _lagging(self) -> bool:
+        """Whether the oldest batch waiting has waited past ``ingest_max_lag`` (read again at
+        most every ``LAG_RECHECK_S``; nothing to read while the queue is empty)."""
+        if self.max_lag <= 0 or self.backlog == 0:
+            return False
+        now = time.monotonic()
+        if now - self.lag_at >= self.LAG_RECHECK_S:
+            assert self.client is not None
+            self.lag = sent_age(await self.client.lindex(INTAKE_QUEUE, -1))
+            self.lag_at = now
+            if self.lag == 0.0:  # the queue emptied since its length was last heard
+                self.backlog = 0
+        return self.lag > self.max_lag
+
+
+def sent_age(message: bytes | str | None) -> float:
+    """Seconds since a queued task message was sent (its ``th_sent_at`` header); 0 when there
+    is none, or it has none (a message of another version)."""
+    if message is None:
+        return 0.0
+    try:
+        sent = orjson.loads(message)["headers"][SENT_AT]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return 0.0
+    return max(0.0, time.time() - sent) if isinstance(sent, int | float) else 0.0

@@ -16,6 +16,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+from shared.core.logs import Throttle
 from shared.groups.submit import Submitted
 
 log = logging.getLogger(__name__)
@@ -26,6 +27,9 @@ RETRY_AFTER_S = 5  # what a 503 asks the shipper to wait: Redis out of reach
 # is room again within one. Waiting 5 s left the workers idle while shippers slept (the
 # sustained storm's CPU was 38% idle with every client waiting out a 503).
 RETRY_BACKLOG_S = 1
+# A storm past the bounds is refused hundreds of times a second: said once every ten seconds,
+# with how many refusals were not said (the metrics count every one).
+_SAID = Throttle(every=10.0)
 
 
 class JSONReply(JSONResponse):
@@ -46,11 +50,32 @@ def unavailable(exc: Exception) -> JSONReply:
 def backlogged(backlog: int, bound: int) -> JSONReply:
     """The intake worker is behind: a 503 the shipper retries after Retry-After, so the
     backlog stops growing while nothing sent is lost."""
-    log.warning("ingest.backlogged", extra={"backlog": backlog, "bound": bound})
+    if (held := _SAID.allow("backlogged")) is not None:
+        log.warning(
+            "ingest.backlogged", extra={"backlog": backlog, "bound": bound, "repeated": held}
+        )
     return JSONReply(
         {
             "error": f"intake is {backlog} batches behind (bound {bound}): retry later",
             "backlog": backlog,
+        },
+        status_code=503,
+        headers={"Retry-After": str(RETRY_BACKLOG_S)},
+    )
+
+
+def lagging(lag_s: float, bound_s: float) -> JSONReply:
+    """The oldest batch waiting has waited longer than the bound: a 503 the shipper retries
+    after Retry-After, so what is accepted is counted within about the bound."""
+    if (held := _SAID.allow("lagging")) is not None:
+        log.warning(
+            "ingest.lagging",
+            extra={"lag_s": round(lag_s, 3), "bound_s": bound_s, "repeated": held},
+        )
+    return JSONReply(
+        {
+            "error": f"intake is {lag_s:.1f} s behind (bound {bound_s:g} s): retry later",
+            "lag_s": round(lag_s, 3),
         },
         status_code=503,
         headers={"Retry-After": str(RETRY_BACKLOG_S)},

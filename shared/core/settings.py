@@ -284,6 +284,13 @@ class Settings(BaseSettings):
         description="Batches waiting for the intake worker past which POST /v1/events answers "
         "503 with Retry-After (shippers retry) instead of letting the backlog grow.",
     )
+    ingest_max_lag: float = Field(
+        1.0,
+        ge=0,
+        description="Seconds the oldest batch may wait for the intake worker before POST "
+        "/v1/events answers 503 with Retry-After (shippers retry): what is accepted is counted "
+        "within about this, on any machine. 0: no bound but TRACEHOUND_INGEST_MAX_BACKLOG.",
+    )
     ingest_read_timeout: float = Field(
         30.0, gt=0, description="Seconds a request body may take to arrive; then a 408."
     )

@@ -213,6 +213,7 @@ def test_past_the_backlog_bound_ingest_answers_503_with_retry_after_and_queues_n
         "TRACEHOUND_REDIS_URL": redis_url,
         "TRACEHOUND_INGEST_TOKEN": TOKEN,
         "TRACEHOUND_INGEST_MAX_BACKLOG": "3",
+        "TRACEHOUND_INGEST_MAX_LAG": "0",  # the batch bound alone (the next test: the lag's)
     }
     proc, url = start_ingest(tmp_path, env, "--service", "shop-api")
     client = redis.Redis.from_url(redis_url)
@@ -233,6 +234,41 @@ def test_past_the_backlog_bound_ingest_answers_503_with_retry_after_and_queues_n
         retried = post(url, batches[3], wait=False)  # the shipper's retry of the refused batch
         assert retried.status_code == 202, retried.text
         assert client.llen(queue) == 2
+    finally:
+        client.close()
+        proc.stop()
+        redis_proc.stop()
+
+
+def test_a_batch_waiting_past_the_lag_bound_makes_ingest_answer_503_until_it_is_taken(
+    tmp_path: Path,
+) -> None:
+    """Far below the batch bound, a batch that has waited longer than
+    TRACEHOUND_INGEST_MAX_LAG (no intake worker runs here) has shippers told to retry: what is
+    accepted is counted within about the bound whatever the machine's pace."""
+    redis_proc, redis_url = start_redis(tmp_path)
+    env = {
+        "TRACEHOUND_REDIS_URL": redis_url,
+        "TRACEHOUND_INGEST_TOKEN": TOKEN,
+        "TRACEHOUND_INGEST_MAX_LAG": "0.5",
+    }
+    proc, url = start_ingest(tmp_path, env, "--service", "shop-api")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        batches = [json.dumps(event(id=f"l{i}", stack=TRACE)) for i in range(3)]
+        assert post(url, batches[0], wait=False).status_code == 202
+        assert post(url, batches[1], wait=False).status_code == 202  # 0.5 s not yet waited
+        time.sleep(0.7)
+        refused = post(url, batches[2], wait=False)
+        assert refused.status_code == 503
+        assert refused.headers["Retry-After"] == "1"
+        assert "s behind (bound 0.5 s)" in refused.json()["error"]
+        [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
+        assert client.llen(queue) == 2  # two batches of the bound's 500: the lag refused it
+        client.rpop(queue, 2)  # the intake worker takes both
+        time.sleep(0.2)  # the spool reads the oldest's age again after a tenth of a second
+        retried = post(url, batches[2], wait=False)
+        assert retried.status_code == 202, retried.text
     finally:
         client.close()
         proc.stop()
