@@ -295,6 +295,11 @@ def queued_body(batch_id: str) -> str:
     return f"{PREFIX}intake:{batch_id}:body"
 
 
+# counter: queued batches the intake workers have taken; ingest reads their pace from it
+# (producers/ingest/events.py: how long a batch accepted now would wait).
+INTAKE_TAKEN = f"{PREFIX}intake:taken"
+
+
 def queued_taken(batch_id: str) -> str:
     """String: a queued batch was taken, so a redelivered message finding no body is a
     repeat, not a loss."""

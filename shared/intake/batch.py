@@ -279,9 +279,10 @@ def take_batch(queued: QueuedBatch, intake: Intake, *, max_trace_bytes: int) -> 
             "ignored": len(batch.ignored),
             "new": sum(s.new for s in submitted),
         }
+    pipe = r.pipeline(transaction=True)
     if queued.body_id is not None:
-        pipe = r.pipeline(transaction=True)
         pipe.set(keys.queued_taken(queued.body_id), 1, ex=TAKEN_TTL_S)
         pipe.delete(keys.queued_body(queued.body_id))
-        pipe.execute()
+    pipe.incr(keys.INTAKE_TAKEN)  # the workers' pace, for ingest's bound on the lag
+    pipe.execute()
     return counts

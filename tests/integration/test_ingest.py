@@ -14,6 +14,7 @@ import httpx
 import pytest
 import redis
 
+from shared.core import keys
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.stack.localstack import LocalStack, start_ingest, start_redis
 from tests.conftest import DATA
@@ -269,6 +270,46 @@ def test_a_batch_waiting_past_the_lag_bound_makes_ingest_answer_503_until_it_is_
         time.sleep(0.2)  # the spool reads the oldest's age again after a tenth of a second
         retried = post(url, batches[2], wait=False)
         assert retried.status_code == 202, retried.text
+    finally:
+        client.close()
+        proc.stop()
+        redis_proc.stop()
+
+
+def test_a_queue_longer_than_the_workers_pace_clears_in_the_bound_is_refused_while_young(
+    tmp_path: Path,
+) -> None:
+    """The wait of a batch accepted now is the queue over the workers' pace: with a worker
+    taking about six batches a second (played here: RPOP and the taken counter, as
+    take_batch counts), 16 waiting are over two seconds of work, refused long before the oldest
+    has waited the bound's 1.5 s."""
+    redis_proc, redis_url = start_redis(tmp_path)
+    env = {
+        "TRACEHOUND_REDIS_URL": redis_url,
+        "TRACEHOUND_INGEST_TOKEN": TOKEN,
+        "TRACEHOUND_INGEST_MAX_LAG": "1.5",
+    }
+    proc, url = start_ingest(tmp_path, env, "--service", "shop-api")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with httpx.Client(base_url=url, headers=AUTH) as http:
+
+            def send(record_id: str) -> httpx.Response:
+                return http.post("/v1/events", content=json.dumps(event(id=record_id)))
+
+            first = time.monotonic()
+            for i in range(16):
+                assert send(f"q{i}").status_code == 202
+            [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
+            for i in range(4):  # the worker's pace, seen by ingest on each request
+                client.rpop(queue)
+                client.incr(keys.INTAKE_TAKEN)
+                send(f"p{i}")
+                time.sleep(0.15)
+            refused = send("late")
+            assert time.monotonic() - first < 1.5  # the oldest waiting has not waited so long
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["lag_s"] > 1.5
     finally:
         client.close()
         proc.stop()
