@@ -41,7 +41,7 @@ from starlette.requests import Request
 
 from producers.ingest.auth import bearer_ok
 from producers.ingest.body import read_body
-from producers.ingest.metrics import BACKLOG, REDIS
+from producers.ingest.metrics import BACKLOG, LAG, REDIS
 from producers.ingest.replies import (
     REPLY_LIST_MAX,
     JSONReply,
@@ -281,7 +281,7 @@ class Spool:
                     self.refused(BACKLOG)
                     return backlogged(self.backlog, self.max_backlog)
             if await self._lagging():
-                self.refused(BACKLOG)
+                self.refused(LAG)
                 return lagging(self.lag, self.max_lag)
         except (redis.RedisError, OSError) as exc:
             self.refused(REDIS)

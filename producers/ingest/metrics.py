@@ -16,8 +16,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shared.core.metrics import IntakeCounters, LabelCap
 
-# Refusal reasons (the label's values): the intake queue past its bound, Redis out of reach.
-BACKLOG, REDIS = "backlog", "redis"
+# Refusal reasons (the label's values): the intake queue past its bound in batches, a batch
+# accepted now would wait past TRACEHOUND_INGEST_MAX_LAG, Redis out of reach.
+BACKLOG, LAG, REDIS = "backlog", "lag", "redis"
 
 # Route label by path: a fixed set, whatever paths clients send.
 _ROUTES = (
@@ -59,12 +60,12 @@ class IngestMetrics:
         )
         self.refused = Counter(
             "tracehound_ingest_refused_total",
-            "Requests answered 503 + Retry-After: the intake queue past its bound (backlog) "
-            "or Redis out of reach (redis).",
+            "Requests answered 503 + Retry-After: the intake queue past its bound in batches "
+            "(backlog) or in the wait it means (lag), or Redis out of reach (redis).",
             ["reason"],
             registry=self.registry,
         )
-        for reason in (BACKLOG, REDIS):  # present from the start, so rate() sees the first
+        for reason in (BACKLOG, LAG, REDIS):  # present from the start, so rate() sees the first
             self.refused.labels(reason)
         self.intake = IntakeCounters(self.registry, LabelCap(max_services))
 

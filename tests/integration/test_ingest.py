@@ -264,6 +264,9 @@ def test_a_batch_waiting_past_the_lag_bound_makes_ingest_answer_503_until_it_is_
         assert refused.status_code == 503
         assert refused.headers["Retry-After"] == "1"
         assert "s behind (bound 0.5 s)" in refused.json()["error"]
+        scraped = httpx.get(f"{url}/metrics").text  # the alert's reason says which bound
+        assert 'tracehound_ingest_refused_total{reason="lag"} 1.0' in scraped
+        assert 'tracehound_ingest_refused_total{reason="backlog"} 0.0' in scraped
         [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
         assert client.llen(queue) == 2  # two batches of the bound's 500: the lag refused it
         client.rpop(queue, 2)  # the intake worker takes both
