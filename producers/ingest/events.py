@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-import orjson
 import redis
 import redis.asyncio as aioredis
 from kombu.exceptions import OperationalError
@@ -51,7 +50,6 @@ from producers.ingest.replies import (
     unavailable,
 )
 from shared.core import keys, queues
-from shared.core.messages import SENT_AT
 from shared.core.pipeline import intake_batch_message
 from shared.groups.submit import Intake
 from shared.intake.batch import (
@@ -221,15 +219,15 @@ class Spool:
     A bound in batches holds the lag only on a machine as fast as the one it was chosen on (500
     batches were 2.5 s of the intake worker's work on one, 3.7 s on a slower one), so the lag
     is bounded too. While batches wait, the spool reads at most every ``LAG_RECHECK_S`` the
-    queue's length, how many batches the workers have taken (keys.INTAKE_TAKEN) and the oldest
-    waiting batch's send time (the tail of the list, where kombu's RPOP takes from). The wait
-    of a batch accepted now is the length over the workers' pace in the last seconds, or the
-    oldest one's wait when that is longer (a stopped worker has no pace); past
-    ``ingest_max_lag`` seconds it answers 503 with Retry-After until the workers have caught
-    up. The oldest one's wait alone is not the bound: while more arrives than is taken, a
+    queue's length and how many batches the workers have taken (keys.INTAKE_TAKEN). The wait
+    of a batch accepted now is the length over the workers' pace in the last seconds, read
+    only while they were busy all along (see ``_wait``), or, when they took nothing, how long
+    they have not; past ``ingest_max_lag`` seconds it answers 503 with Retry-After until the
+    workers have caught up. Not the oldest batch's age: while more arrives than is taken, a
     queue one second old holds more than a second of the workers' work (measured: lag p50
-    1.5 s, p99 3-4 s with a 1-s bound on it). Send times are the ingest servers' clocks
-    (shared/core/messages.py)."""
+    1.5 s, p99 3-4 s with a 1-s bound on it); a message kombu restored after its visibility
+    timeout sits at the tail with its first send time; and send times are other ingest
+    servers' clocks."""
 
     RECHECK_S = 0.5
     LAG_RECHECK_S = 0.1
@@ -253,7 +251,8 @@ class Spool:
         self.max_lag = intake.settings.ingest_max_lag
         self.lag = 0.0  # seconds a batch accepted now would wait, as last worked out
         self.lag_at = 0.0
-        self.taken: deque[tuple[float, int]] = deque()  # (when, batches taken by then)
+        # (when, batches taken by then, the queue's length then)
+        self.taken: deque[tuple[float, int, int]] = deque()
 
     async def __call__(self, raw: bytes, digest: str, service: str | None) -> JSONReply:
         def check() -> tuple[dict[str, Any], int, Outgoing | None]:
@@ -308,35 +307,28 @@ class Spool:
             return False
         now = time.monotonic()
         if now - self.lag_at >= self.LAG_RECHECK_S:
+            self.lag_at = now  # before the round trip: requests meanwhile use the last answer
             assert self.client is not None
             pipe = self.client.pipeline(transaction=False)
             pipe.llen(INTAKE_QUEUE)
             pipe.get(keys.INTAKE_TAKEN)
-            pipe.lindex(INTAKE_QUEUE, -1)
-            self.backlog, taken, oldest = await pipe.execute()
-            self.lag_at = now
-            self.lag = max(sent_age(oldest), self._wait(now, int(taken or 0)))
+            self.backlog, taken = await pipe.execute()
+            self.lag = self._wait(now, int(taken or 0))
         return self.lag > self.max_lag
 
     def _wait(self, now: float, taken: int) -> float:
-        """The queue's length over the workers' pace in the last ``PACE_S`` seconds (0 while
-        less than ``PACE_MIN_S`` of it has been seen, or nothing was taken)."""
-        self.taken.append((now, taken))
+        """How long a batch accepted now would wait, from the last ``PACE_S`` seconds of
+        (length, batches taken) — read only if batches waited at every reading of them and
+        ``PACE_MIN_S`` of it has been seen: only a busy worker's pace is its speed (while it
+        idles, what it takes is what arrives, and a burst after a quiet spell would be
+        refused for being long against a slow arrival rate). The length over that pace;
+        when nothing was taken (the workers stopped), how long nothing has been."""
+        self.taken.append((now, taken, self.backlog))
         while self.taken and now - self.taken[0][0] > self.PACE_S:
             self.taken.popleft()
-        since, before = self.taken[0]
-        if now - since < self.PACE_MIN_S or taken <= before:
+        since, before, _ = self.taken[0]
+        if now - since < self.PACE_MIN_S or any(length == 0 for _, _, length in self.taken):
             return 0.0
+        if taken <= before:
+            return now - since
         return self.backlog / ((taken - before) / (now - since))
-
-
-def sent_age(message: bytes | str | None) -> float:
-    """Seconds since a queued task message was sent (its ``th_sent_at`` header); 0 when there
-    is none, or it has none (a message of another version)."""
-    if message is None:
-        return 0.0
-    try:
-        sent = orjson.loads(message)["headers"][SENT_AT]
-    except (orjson.JSONDecodeError, KeyError, TypeError):
-        return 0.0
-    return max(0.0, time.time() - sent) if isinstance(sent, int | float) else 0.0

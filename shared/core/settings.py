@@ -288,10 +288,10 @@ class Settings(BaseSettings):
         1.5,
         ge=0,
         description="Seconds a batch accepted now would wait for the intake worker (the queue "
-        "over the workers' pace, or the oldest batch's wait) past which POST /v1/events answers "
-        "503 with Retry-After (shippers retry): what is accepted is counted within about this "
-        "on any machine. Keep it above Retry-After (1 s), or the queue runs dry while shippers "
-        "wait. 0: no bound but TRACEHOUND_INGEST_MAX_BACKLOG.",
+        "over the busy workers' pace, or how long they took nothing while batches waited) past "
+        "which POST /v1/events answers 503 with Retry-After (shippers retry): what is accepted "
+        "is counted within about this on any machine. Keep it above Retry-After (1 s), or the "
+        "queue runs dry while shippers wait. 0: no bound but TRACEHOUND_INGEST_MAX_BACKLOG.",
     )
     ingest_read_timeout: float = Field(
         30.0, gt=0, description="Seconds a request body may take to arrive; then a 408."

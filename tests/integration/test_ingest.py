@@ -317,3 +317,39 @@ def test_a_queue_longer_than_the_workers_pace_clears_in_the_bound_is_refused_whi
         client.close()
         proc.stop()
         redis_proc.stop()
+
+
+def test_a_burst_after_a_quiet_spell_is_not_refused_for_the_quiet_spells_pace(
+    tmp_path: Path,
+) -> None:
+    """While the worker keeps up, what it takes is what arrives: its pace then says nothing of
+    its speed, and a burst of 30 batches after a trickle of five a second is accepted (the
+    queue over that pace would be six seconds, past the bound of 1.5)."""
+    redis_proc, redis_url = start_redis(tmp_path)
+    env = {
+        "TRACEHOUND_REDIS_URL": redis_url,
+        "TRACEHOUND_INGEST_TOKEN": TOKEN,
+        "TRACEHOUND_INGEST_MAX_LAG": "1.5",
+    }
+    proc, url = start_ingest(tmp_path, env, "--service", "shop-api")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with httpx.Client(base_url=url, headers=AUTH) as http:
+
+            def send(record_id: str) -> httpx.Response:
+                return http.post("/v1/events", content=json.dumps(event(id=record_id)))
+
+            for i in range(6):  # a trickle the worker takes at once (played here)
+                assert send(f"t{i}").status_code == 202
+                [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
+                client.rpop(queue)
+                client.incr(keys.INTAKE_TAKEN)
+                time.sleep(0.2)
+            burst = [send(f"b{i}").status_code for i in range(30)]
+            assert burst == [202] * 30
+            time.sleep(0.15)
+            assert send("after").status_code == 202
+    finally:
+        client.close()
+        proc.stop()
+        redis_proc.stop()
