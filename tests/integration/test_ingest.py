@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -241,21 +242,37 @@ def test_past_the_backlog_bound_ingest_answers_503_with_retry_after_and_queues_n
         redis_proc.stop()
 
 
+@contextmanager
+def _ingest_without_worker(tmp_path: Path, *, max_lag: str) -> Iterator[tuple[str, redis.Redis]]:
+    """``tracehound ingest`` on a private Redis that no intake worker drains (the tests take
+    batches themselves), with TRACEHOUND_INGEST_MAX_LAG ``max_lag``: its URL and a client."""
+    redis_proc, redis_url = start_redis(tmp_path)
+    env = {
+        "TRACEHOUND_REDIS_URL": redis_url,
+        "TRACEHOUND_INGEST_TOKEN": TOKEN,
+        "TRACEHOUND_INGEST_MAX_LAG": max_lag,
+    }
+    proc, url = start_ingest(tmp_path, env, "--service", "shop-api")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        yield url, client
+    finally:
+        client.close()
+        proc.stop()
+        redis_proc.stop()
+
+
+def _send(http: httpx.Client, record_id: str) -> httpx.Response:
+    return http.post("/v1/events", content=json.dumps(event(id=record_id)))
+
+
 def test_a_batch_waiting_past_the_lag_bound_makes_ingest_answer_503_until_it_is_taken(
     tmp_path: Path,
 ) -> None:
     """Far below the batch bound, a batch that has waited longer than
     TRACEHOUND_INGEST_MAX_LAG (no intake worker runs here) has shippers told to retry: what is
     accepted is counted within about the bound whatever the machine's pace."""
-    redis_proc, redis_url = start_redis(tmp_path)
-    env = {
-        "TRACEHOUND_REDIS_URL": redis_url,
-        "TRACEHOUND_INGEST_TOKEN": TOKEN,
-        "TRACEHOUND_INGEST_MAX_LAG": "0.5",
-    }
-    proc, url = start_ingest(tmp_path, env, "--service", "shop-api")
-    client = redis.Redis.from_url(redis_url)
-    try:
+    with _ingest_without_worker(tmp_path, max_lag="0.5") as (url, client):
         batches = [json.dumps(event(id=f"l{i}", stack=TRACE)) for i in range(3)]
         assert post(url, batches[0], wait=False).status_code == 202
         assert post(url, batches[1], wait=False).status_code == 202  # 0.5 s not yet waited
@@ -270,13 +287,9 @@ def test_a_batch_waiting_past_the_lag_bound_makes_ingest_answer_503_until_it_is_
         [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
         assert client.llen(queue) == 2  # two batches of the bound's 500: the lag refused it
         client.rpop(queue, 2)  # the intake worker takes both
-        time.sleep(0.2)  # the spool reads the oldest's age again after a tenth of a second
+        time.sleep(0.2)  # the spool reads the queue again after a tenth of a second
         retried = post(url, batches[2], wait=False)
         assert retried.status_code == 202, retried.text
-    finally:
-        client.close()
-        proc.stop()
-        redis_proc.stop()
 
 
 def test_a_queue_longer_than_the_workers_pace_clears_in_the_bound_is_refused_while_young(
@@ -286,37 +299,21 @@ def test_a_queue_longer_than_the_workers_pace_clears_in_the_bound_is_refused_whi
     taking about six batches a second (played here: RPOP and the taken counter, as
     take_batch counts), 16 waiting are over two seconds of work, refused long before the oldest
     has waited the bound's 1.5 s."""
-    redis_proc, redis_url = start_redis(tmp_path)
-    env = {
-        "TRACEHOUND_REDIS_URL": redis_url,
-        "TRACEHOUND_INGEST_TOKEN": TOKEN,
-        "TRACEHOUND_INGEST_MAX_LAG": "1.5",
-    }
-    proc, url = start_ingest(tmp_path, env, "--service", "shop-api")
-    client = redis.Redis.from_url(redis_url)
-    try:
+    with _ingest_without_worker(tmp_path, max_lag="1.5") as (url, client):
         with httpx.Client(base_url=url, headers=AUTH) as http:
-
-            def send(record_id: str) -> httpx.Response:
-                return http.post("/v1/events", content=json.dumps(event(id=record_id)))
-
             first = time.monotonic()
             for i in range(16):
-                assert send(f"q{i}").status_code == 202
+                assert _send(http, f"q{i}").status_code == 202
             [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
             for i in range(4):  # the worker's pace, seen by ingest on each request
                 client.rpop(queue)
                 client.incr(keys.INTAKE_TAKEN)
-                send(f"p{i}")
+                _send(http, f"p{i}")
                 time.sleep(0.15)
-            refused = send("late")
+            refused = _send(http, "late")
             assert time.monotonic() - first < 1.5  # the oldest waiting has not waited so long
         assert refused.status_code == 503, refused.text
         assert refused.json()["lag_s"] > 1.5
-    finally:
-        client.close()
-        proc.stop()
-        redis_proc.stop()
 
 
 def test_a_burst_after_a_quiet_spell_is_not_refused_for_the_quiet_spells_pace(
@@ -325,31 +322,17 @@ def test_a_burst_after_a_quiet_spell_is_not_refused_for_the_quiet_spells_pace(
     """While the worker keeps up, what it takes is what arrives: its pace then says nothing of
     its speed, and a burst of 30 batches after a trickle of five a second is accepted (the
     queue over that pace would be six seconds, past the bound of 1.5)."""
-    redis_proc, redis_url = start_redis(tmp_path)
-    env = {
-        "TRACEHOUND_REDIS_URL": redis_url,
-        "TRACEHOUND_INGEST_TOKEN": TOKEN,
-        "TRACEHOUND_INGEST_MAX_LAG": "1.5",
-    }
-    proc, url = start_ingest(tmp_path, env, "--service", "shop-api")
-    client = redis.Redis.from_url(redis_url)
-    try:
-        with httpx.Client(base_url=url, headers=AUTH) as http:
-
-            def send(record_id: str) -> httpx.Response:
-                return http.post("/v1/events", content=json.dumps(event(id=record_id)))
-
-            for i in range(6):  # a trickle the worker takes at once (played here)
-                assert send(f"t{i}").status_code == 202
-                [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
-                client.rpop(queue)
-                client.incr(keys.INTAKE_TAKEN)
-                time.sleep(0.2)
-            burst = [send(f"b{i}").status_code for i in range(30)]
-            assert burst == [202] * 30
-            time.sleep(0.15)
-            assert send("after").status_code == 202
-    finally:
-        client.close()
-        proc.stop()
-        redis_proc.stop()
+    with (
+        _ingest_without_worker(tmp_path, max_lag="1.5") as (url, client),
+        httpx.Client(base_url=url, headers=AUTH) as http,
+    ):
+        for i in range(6):  # a trickle the worker takes at once (played here)
+            assert _send(http, f"t{i}").status_code == 202
+            [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
+            client.rpop(queue)
+            client.incr(keys.INTAKE_TAKEN)
+            time.sleep(0.2)
+        burst = [_send(http, f"b{i}").status_code for i in range(30)]
+        assert burst == [202] * 30
+        time.sleep(0.15)
+        assert _send(http, "after").status_code == 202
