@@ -53,8 +53,8 @@ def seen(service: str, event_id: str) -> str:
     return f"{PREFIX}seen:{_digest(service + chr(0) + event_id)}"
 
 
-# hash: sec, n (ids offered in that second), prev (in the second before): how long a seen key
-# is kept in a storm (shared/groups/store.py).
+# hash: second -> ids stored in it, over the last ten: how long a seen key is kept in a storm
+# (shared/groups/store.py).
 SEEN_RATE = f"{PREFIX}seen-rate"
 
 

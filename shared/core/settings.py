@@ -428,7 +428,8 @@ class Settings(BaseSettings):
         2_000_000,
         ge=0,
         description="About how many event ids are remembered at a time (150 bytes of Redis "
-        "each: 300 MB): in a storm an id is kept this many divided by the ids per second, when "
+        "each: 300 MB): in a storm an id is kept this many divided by the ids stored per second "
+        "over the last ten seconds, when "
         "that is shorter than TRACEHOUND_DEDUP_TTL. A replay older than that counts again. 0: "
         "no bound.",
     )

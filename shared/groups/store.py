@@ -7,7 +7,7 @@ Keys per group (``{fp}`` is the fingerprint value):
   th:group:{fp}:message  the last message posted for the group (JSON: text, blocks), so a
                          repeat can update its count with chat.update
   th:seen:{event id}     the event was counted (kept ``dedup_ttl`` seconds, less in a storm)
-  th:seen-rate           ids offered in this second and the last (the storm's rate)
+  th:seen-rate           ids stored per second over the last ten (the storm's rate)
 Counting is one Lua script, so a storm of identical events yields exactly one "new", and an
 event id counts once: a tailer's replay after a restart, a copy of a rotated file or a
 shipper's retried batch adds nothing (and a replay still starts the window's analysis if the
@@ -15,9 +15,11 @@ producer died before it enqueued it).
 
 An id costs about 150 bytes of Redis while it is remembered, so a storm of 20,000 events/s
 would hold 10 GB after an hour of ``dedup_ttl``. The ids remembered are held near
-``max_ids`` instead: an id is kept ``max_ids`` / (ids offered per second, the last whole
-second or this one) seconds when that is shorter, never less than ``min_ttl``. A replay older
-than that counts again (an over-count, never a loss).
+``max_ids`` instead: an id is kept ``max_ids`` / (ids stored per second over the last ten)
+seconds when that is shorter, never less than ``min_ttl``. A replay older than that counts
+again (an over-count, never a loss). Over ten seconds, so that one burst of new ids after a
+quiet spell (a tailer catching up) is not taken for a storm: 50,000 of them are kept 400 s
+at the default bound, where a one-second rate kept them 60 s.
 """
 
 from __future__ import annotations
@@ -39,29 +41,32 @@ _RECORD = (
     """
 -- Counts a batch of events of one group, in order, each as if recorded alone.
 -- KEYS: group, the seen rate, then one seen key per event ; ARGV: window_ms, service,
--- expiry_s, stale_ms, seen_ttl_s, min_ttl_s, max_ids, then one event id per event. Returns
--- "new:window_start:count:duplicate" per event (one string each: a reply of 100 four-element
--- arrays costs the Python client more to parse than the script takes to run), then
+-- expiry_s, stale_ms, seen_ttl_s, min_ttl_s, max_ids, rate_s, then one event id per event.
+-- Returns "new:window_start:count:duplicate" per event (one string each: a reply of 100
+-- four-element arrays costs the Python client more to parse than the script takes to run), then
 -- {total, first_seen, now, seen_ttl_s used}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window_ms, stale_ms = tonumber(ARGV[1]), tonumber(ARGV[4])
 -- How long an id is remembered: seen_ttl_s, shortened in a storm so that about max_ids are
--- remembered at a time (the ids offered per second, the last whole one or this one, times
--- the time each is kept), never below min_ttl_s.
-local ttl, max_ids = tonumber(ARGV[5]), tonumber(ARGV[7])
+-- remembered at a time (the ids stored per second over the last rate_s, this call's
+-- offered ones included, times the time each is kept), never below min_ttl_s. Ten seconds,
+-- not one: a replay's burst of new ids after a quiet spell is not a storm's rate.
+local ttl, max_ids, rate_s = tonumber(ARGV[5]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local sec = math.floor(now / 1000)
-local rate = redis.call('HMGET', KEYS[2], 'sec', 'n', 'prev')
-local rsec, n, prev = tonumber(rate[1]), tonumber(rate[2]) or 0, tonumber(rate[3]) or 0
-if rsec ~= sec then
-  if rsec == sec - 1 then prev = n else prev = 0 end
-  n = 0
+local ring = redis.call('HGETALL', KEYS[2])
+local stored = 0
+for j = 1, #ring, 2 do
+  local at = tonumber(ring[j])
+  if at and at > sec - rate_s and at <= sec then
+    stored = stored + tonumber(ring[j + 1])
+  else
+    redis.call('HDEL', KEYS[2], ring[j])
+  end
 end
-n = n + #KEYS - 2
-redis.call('HSET', KEYS[2], 'sec', sec, 'n', n, 'prev', prev)
-redis.call('EXPIRE', KEYS[2], 10)
 if max_ids > 0 then
-  ttl = math.max(tonumber(ARGV[6]), math.min(ttl, math.floor(max_ids / math.max(prev, n))))
+  local rate = (stored + #KEYS - 2) / rate_s
+  ttl = math.max(tonumber(ARGV[6]), math.min(ttl, math.floor(max_ids / rate)))
 end
 local out = {}
 local counted = 0
@@ -76,7 +81,7 @@ local ws0, pending0 = ws, pending
 -- chain right after, as it would have before recording the next event one by one.
 local opened = nil
 for i = 3, #KEYS do
-  local id = ARGV[5 + i]
+  local id = ARGV[6 + i]
   local st = opened or started
   if not redis.call('SET', KEYS[i], '1', 'NX', 'EX', ttl) then
     -- Counted before: count nothing. If this event opened the window and its chain was never
@@ -113,6 +118,8 @@ elseif counted > 0 then
   redis.call('HSET', KEYS[1], 'window_count', count)
 end
 if counted > 0 then
+  redis.call('HINCRBY', KEYS[2], sec, counted)
+  redis.call('EXPIRE', KEYS[2], rate_s + 1)
   redis.call('HSETNX', KEYS[1], 'first_seen', now)
   redis.call('HSETNX', KEYS[1], 'service', ARGV[2])
   redis.call('HSET', KEYS[1], 'last_seen', now)
@@ -164,6 +171,7 @@ def _s(v: Any) -> str | None:
 DEDUP_TTL_S = 3600
 DEDUP_MIN_TTL_S = 60
 DEDUP_MAX_IDS = 2_000_000
+DEDUP_RATE_S = 10  # the storm's rate is the ids stored per second over this many seconds
 
 
 class GroupStore:
@@ -179,12 +187,14 @@ class GroupStore:
         dedup_ttl_s: int = DEDUP_TTL_S,
         dedup_min_ttl_s: int = DEDUP_MIN_TTL_S,
         dedup_max_ids: int = DEDUP_MAX_IDS,
+        dedup_rate_s: int = DEDUP_RATE_S,
     ) -> None:
         self.r = r
         self.window_ms = int(window_s * 1000)
         self.dedup_ttl_s = dedup_ttl_s
         self.dedup_min_ttl_s = max(1, min(dedup_min_ttl_s, dedup_ttl_s))  # EX 0 is refused
         self.dedup_max_ids = dedup_max_ids
+        self.dedup_rate_s = max(1, dedup_rate_s)
         self.dedup_window_s = dedup_ttl_s
         self._record = r.register_script(_RECORD)
 
@@ -222,6 +232,7 @@ class GroupStore:
                 self.dedup_ttl_s,
                 self.dedup_min_ttl_s,
                 self.dedup_max_ids,
+                self.dedup_rate_s,
                 *ids,
             ],
             client=client,
