@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
-from shared.core.domain import NAME_MAX_CHARS, ErrorEvent, one_line
+from shared.core.domain import NAME_MAX_CHARS, ErrorEvent, encodable, one_line
 from shared.core.errors import PermanentError
 from shared.intake.exceptions import has_stack, reported
 from shared.intake.levels import (
@@ -43,6 +44,7 @@ from shared.intake.levels import (
     maybe_error,
     record_level,
 )
+from shared.intake.shapes import Templates, shape_of, timestamp_field
 
 Origin = Literal["log", "sent"]
 
@@ -237,6 +239,12 @@ def _first(record: dict[str, Any], names: tuple[str, ...]) -> str:
     return next((t for name in names if (t := _text(record.get(name)))), "")
 
 
+def _stack_of(rec: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """(the record's nested error, the stack of one of its stack fields) of a reshaped record."""
+    nested: dict[str, Any] = rec["error"] if isinstance(rec.get("error"), dict) else {}
+    return nested, _first(rec, STACK_FIELDS) or _first(nested, STACK_FIELDS)
+
+
 def from_record(
     obj: dict[str, Any],
     *,
@@ -249,12 +257,59 @@ def from_record(
 ) -> ErrorEvent | Ignored:
     """A JSON log record (ours, a log library's, or a shipper's). ``raw`` is the line it was
     read from: an error-level record without message or stack keeps it as its message.
-    ``event_id``: the event's id (else the record's own ``id`` when sent, else a new one)."""
+    ``event_id``: the event's id (else the record's own ``id`` when sent, else a new one).
+
+    A record of a shape seen before (shared/intake/shapes.py: the same record but for its
+    message, id and timestamp) is the shape's event with those three of its own."""
     if not isinstance(obj, dict):
         raise PermanentError(f"event must be a JSON object, got {type(obj).__name__}")
+    message = obj.get("message")
+    if not isinstance(message, str) or not message or "record" in obj:
+        # No message of its own (it comes from another field, or from the stack), or a
+        # loguru record (its message is inside): built alone.
+        return _from_record(obj, origin, service, repo, max_bytes, raw, event_id)
+    stamp_field = timestamp_field(obj)
+    stamp = obj.get(stamp_field) if stamp_field else None
+    try:
+        when = _timestamp(stamp) if stamp not in (None, "") else None
+    except (ValidationError, ValueError, OverflowError):  # kept as an attribute: built alone
+        return _from_record(obj, origin, service, repo, max_bytes, raw, event_id)
+    shape = shape_of(obj, stamp_field, [origin, service, repo, max_bytes])
+    template = _TEMPLATES.get(shape) if shape is not None else None
+    if template is None:
+        found = _from_record(obj, origin, service, repo, max_bytes, raw, event_id)
+        # With a stack field, the message changes nothing else: what the event is and its
+        # type come from the stack and the other fields (without one, a message of several
+        # lines is read as a trace).
+        if shape is not None and isinstance(found, ErrorEvent) and _stack_of(_reshape(obj))[1]:
+            _TEMPLATES.put(shape, found)
+        return found
+    record_id = event_id or (_text(obj.get("id")) if origin == "sent" else "")
+    return template.model_copy(
+        update={
+            # as the event model's validators leave them (shared/core/domain.py)
+            "message": encodable(_clip(message)),
+            "id": encodable(record_id) if record_id else uuid.uuid4().hex,
+            "timestamp": when or datetime.now(UTC),
+        }
+    )
+
+
+_TEMPLATES: Templates[ErrorEvent] = Templates()
+
+
+def _from_record(
+    obj: dict[str, Any],
+    origin: Origin,
+    service: str | None,
+    repo: str | None,
+    max_bytes: int,
+    raw: str | None,
+    event_id: str,
+) -> ErrorEvent | Ignored:
+    """``from_record``, every record built alone: the reference its templates are held to."""
     rec = _reshape(obj)
-    nested: dict[str, Any] = rec["error"] if isinstance(rec.get("error"), dict) else {}
-    stack = _first(rec, STACK_FIELDS) or _first(nested, STACK_FIELDS)
+    nested, stack = _stack_of(rec)
     message = _first(rec, MESSAGE_FIELDS) or _first(nested, ("message", "msg"))
     level = json_level(rec)
     if not stack and _forwarded_text(message, level):
