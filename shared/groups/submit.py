@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+import orjson
 import redis
 from celery import Celery
 from celery.result import AsyncResult
@@ -48,7 +49,8 @@ from shared.groups.triage import muted_among
 from shared.intake.events import REPO_CLAIMED
 from shared.intake.fingerprint import GroupingConfig, fingerprint, load_grouping_config
 from shared.intake.redact import Redactor
-from shared.intake.symbolicate import MapCatalog, Symbolicator
+from shared.intake.shapes import Templates
+from shared.intake.symbolicate import MapCatalog, Symbolicator, may_map
 from shared.intake.trace import with_trace
 
 log = logging.getLogger(__name__)
@@ -85,6 +87,7 @@ class Intake:
             dedup_max_ids=settings.dedup_max_ids,
         )
         self._throttle = Throttle()
+        self._prepared: Templates[tuple[ErrorEvent, str]] = Templates()
         self.redactor = Redactor.from_settings(
             settings.redact, settings.redact_extra, settings.redact_disable
         )
@@ -170,6 +173,26 @@ class Intake:
             )
 
     def _prepare(self, event: ErrorEvent) -> tuple[ErrorEvent, str, bool]:
+        """``_prepare_alone``, once per shape: a storm's events differ in their id, message
+        and timestamp only. When the message was left to redact, nothing else of the event
+        was read (no rule reads messages, no source map was asked), so an event of the same
+        shape is the one prepared before with its own id, message and time."""
+        try:
+            attributes = orjson.dumps(event.attributes, option=orjson.OPT_SORT_KEYS)
+        except (TypeError, orjson.JSONEncodeError):
+            return self._prepare_alone(event)
+        kind = (event.service, event.repo, event.exception_type, event.level)
+        shape = (kind, event.stacktrace, attributes)
+        if (seen := self._prepared.get(shape)) is not None:
+            done, fp = seen
+            own = {"id": event.id, "message": event.message, "timestamp": event.timestamp}
+            return done.model_copy(update=own), fp, True
+        done, fp, later = self._prepare_alone(event)
+        if later and done.repo == event.repo and not may_map(done.trace):
+            self._prepared.put(shape, (done, fp))
+        return done, fp, later
+
+    def _prepare_alone(self, event: ErrorEvent) -> tuple[ErrorEvent, str, bool]:
         """(the event held to its repos, redacted, with its trace; its group's fingerprint;
         whether its message is still to be redacted).
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from shared.core.domain import ErrorEvent
+from shared.core.domain import ErrorEvent, Trace
 from shared.core.memo import TextMemo
 from shared.intake import sourcemap_store
 from shared.intake.sourcemap_store import TREE, Bundle
@@ -170,6 +170,13 @@ def _function(minified: str, hit: _Hit, caller: _Hit | None) -> str:
     return minified if len(minified) > 2 else ""
 
 
+def may_map(trace: Trace | None) -> bool:
+    """Whether a source map may map one of the trace's frames: a JavaScript frame with a
+    column (else ``symbolicate`` reads nothing and changes nothing)."""
+    frames = (*trace.frames, *trace.sdk_frames) if trace is not None else ()
+    return any(f.column is not None and f.language == "javascript" for f in frames)
+
+
 class Symbolicator:
     """Rewrites an event's minified JavaScript frames through its repo's source maps."""
 
@@ -192,9 +199,7 @@ class Symbolicator:
     def symbolicate(self, event: ErrorEvent) -> ErrorEvent | None:
         """``event`` with its minified frames mapped (trace text and the SDK's frames), or None
         when none of them is a bundle the repo has a map for (or Redis cannot say)."""
-        trace = event.trace
-        frames = (*trace.frames, *trace.sdk_frames) if trace is not None else ()
-        if not any(f.column is not None and f.language == "javascript" for f in frames):
+        if not may_map(event.trace):
             return None  # the common case: no JavaScript frame with a column, nothing read
         release = event.attributes.get("release")
         release = release if isinstance(release, str) else ""

@@ -329,3 +329,23 @@ def test_maps_stored_after_a_trace_was_seen_map_its_next_occurrence(
     put_maps(fresh_redis, "shop", "", find_maps(built.root).maps)
     mapped = symbolicator.symbolicate(event)
     assert mapped is not None and "at new Cart (src/checkout/cart.js:6:15)" in mapped.stacktrace
+
+
+def test_maps_stored_mid_storm_map_the_storms_next_events_at_intake(
+    built: Built, fresh_redis: redis.Redis, intake: Intake
+) -> None:
+    """Intake prepares a storm's events once per shape (shared/groups/submit.py); a trace a
+    map may change is not one of them, so the storm's events after the deploy's maps arrive
+    are mapped."""
+    intake.symbolicator = Symbolicator(MapCatalog(fresh_redis, refresh_s=0))
+
+    def occurrence(i: int) -> ErrorEvent:
+        return ErrorEvent(
+            id=f"cart-{i}", service="shop", repo="shop", stacktrace=built.minified["cart"]
+        )
+
+    before = intake.submit_many([occurrence(i) for i in range(3)])
+    put_maps(fresh_redis, "shop", "", find_maps(built.root).maps)
+    after = intake.submit_many([occurrence(i) for i in range(3, 6)])
+    assert len({s.fingerprint for s in before}) == len({s.fingerprint for s in after}) == 1
+    assert before[0].fingerprint != after[0].fingerprint  # the mapped frames group it now
