@@ -233,6 +233,7 @@ class Spool:
     LAG_RECHECK_S = 0.1
     PACE_S = 2.0  # the workers' pace is read over the last two seconds …
     PACE_MIN_S = 0.5  # … once half a second of it has been seen
+    PACE_KEPT_S = 60.0  # a busy pace read stands in this long while none can be read
 
     def __init__(
         self,
@@ -253,6 +254,8 @@ class Spool:
         self.lag_at = 0.0
         # (when, batches taken by then, the queue's length then)
         self.taken: deque[tuple[float, int, int]] = deque()
+        self.pace = 0.0  # batches a second, the last read while the workers were busy
+        self.pace_at = 0.0
 
     async def __call__(self, raw: bytes, digest: str, service: str | None) -> JSONReply:
         def check() -> tuple[dict[str, Any], int, Outgoing | None]:
@@ -322,13 +325,21 @@ class Spool:
         ``PACE_MIN_S`` of it has been seen: only a busy worker's pace is its speed (while it
         idles, what it takes is what arrives, and a burst after a quiet spell would be
         refused for being long against a slow arrival rate). The length over that pace;
-        when nothing was taken (the workers stopped), how long nothing has been."""
+        when nothing was taken (the workers stopped), how long nothing has been.
+
+        Until a busy pace can be read again (for ``PACE_S`` after the queue ran dry), the last
+        one read stands in: in a storm the queue runs dry while the shippers wait out their
+        Retry-After, and they come back together, behind their schedule. Measured without it:
+        the queue grew to the batch bound in those two seconds, 3 s of the workers' work."""
         self.taken.append((now, taken, self.backlog))
         while self.taken and now - self.taken[0][0] > self.PACE_S:
             self.taken.popleft()
         since, before, _ = self.taken[0]
-        if now - since < self.PACE_MIN_S or any(length == 0 for _, _, length in self.taken):
-            return 0.0
-        if taken <= before:
-            return now - since
-        return self.backlog / ((taken - before) / (now - since))
+        if now - since >= self.PACE_MIN_S and all(length > 0 for _, _, length in self.taken):
+            if taken <= before:
+                return now - since
+            self.pace, self.pace_at = (taken - before) / (now - since), now
+            return self.backlog / self.pace
+        if self.pace > 0 and now - self.pace_at <= self.PACE_KEPT_S:
+            return self.backlog / self.pace
+        return 0.0

@@ -336,3 +336,37 @@ def test_a_burst_after_a_quiet_spell_is_not_refused_for_the_quiet_spells_pace(
         assert burst == [202] * 30
         time.sleep(0.15)
         assert _send(http, "after").status_code == 202
+
+
+def test_a_burst_after_the_queue_ran_dry_is_held_to_the_workers_last_busy_pace(
+    tmp_path: Path,
+) -> None:
+    """In a storm the queue runs dry while every shipper waits out its Retry-After, and they
+    come back together. For two seconds after, no busy pace can be read (the queue was
+    empty at a reading): the last one read, about six batches a second here, holds the
+    burst to the bound instead of letting the queue grow to the batch bound."""
+    with (
+        _ingest_without_worker(tmp_path, max_lag="1.5") as (url, client),
+        httpx.Client(base_url=url, headers=AUTH) as http,
+    ):
+        for i in range(16):
+            assert _send(http, f"q{i}").status_code == 202
+        [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
+        for i in range(4):  # the busy worker's pace, seen by ingest on each request
+            client.rpop(queue)
+            client.incr(keys.INTAKE_TAKEN)
+            _send(http, f"p{i}")
+            time.sleep(0.15)
+        assert _send(http, "late").status_code == 503  # 16 waiting: past 1.5 s at that pace
+        taken = client.rpop(queue, 100) or []  # the worker catches up: the queue runs dry
+        client.incrby(keys.INTAKE_TAKEN, len(taken))
+        time.sleep(0.15)
+        assert _send(http, "dry").status_code == 202  # read empty: nothing waits
+        burst = []
+        for i in range(30):
+            burst.append(_send(http, f"b{i}"))
+            time.sleep(0.02)
+        accepted = sum(1 for r in burst if r.status_code == 202)
+        refused = [r for r in burst if r.status_code == 503]
+        assert refused and refused[0].json()["lag_s"] > 1.5
+        assert accepted < 20, accepted  # about 1.5 s at six a second, and a reading's worth
