@@ -285,7 +285,7 @@ class Settings(BaseSettings):
         "503 with Retry-After (shippers retry) instead of letting the backlog grow.",
     )
     ingest_max_lag: float = Field(
-        1.5,
+        1.2,
         ge=0,
         description="Seconds a batch accepted now would wait for the intake worker (the queue "
         "over the busy workers' pace, or how long they took nothing while batches waited) past "
