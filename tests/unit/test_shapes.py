@@ -115,7 +115,7 @@ def _reference(record: dict[str, Any], **context: Any) -> Any:
     )
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(
     _records,
     _changes,
