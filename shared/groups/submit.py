@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import orjson
 import redis
 from celery import Celery
 from celery.result import AsyncResult
@@ -49,7 +48,7 @@ from shared.groups.triage import muted_among
 from shared.intake.events import REPO_CLAIMED
 from shared.intake.fingerprint import GroupingConfig, fingerprint, load_grouping_config
 from shared.intake.redact import Redactor
-from shared.intake.shapes import Templates
+from shared.intake.shapes import MAX_SHAPE_BYTES, Templates, encoded
 from shared.intake.symbolicate import MapCatalog, Symbolicator, may_map
 from shared.intake.trace import with_trace
 
@@ -177,10 +176,10 @@ class Intake:
         and timestamp only. When the message was left to redact, nothing else of the event
         was read (no rule reads messages, no source map was asked), so an event of the same
         shape is the one prepared before with its own id, message and time."""
-        try:
-            attributes = orjson.dumps(event.attributes, option=orjson.OPT_SORT_KEYS)
-        except (TypeError, orjson.JSONEncodeError):
+        attributes = encoded(event.attributes)
+        if attributes is None or len(event.stacktrace) > MAX_SHAPE_BYTES:
             return self._prepare_alone(event)
+        # A storm's events share their template's stack (the same string: its hash is kept).
         kind = (event.service, event.repo, event.exception_type, event.level)
         shape = (kind, event.stacktrace, attributes)
         if (seen := self._prepared.get(shape)) is not None:
@@ -188,7 +187,7 @@ class Intake:
             own = {"id": event.id, "message": event.message, "timestamp": event.timestamp}
             return done.model_copy(update=own), fp, True
         done, fp, later = self._prepare_alone(event)
-        if later and done.repo == event.repo and not may_map(done.trace):
+        if later and not self._claim_refused(event) and not may_map(done.trace):
             self._prepared.put(shape, (done, fp))
         return done, fp, later
 
@@ -232,12 +231,20 @@ class Intake:
         repo = event.repo
         if allowed is not None and (claimed or repo == event.service) and repo not in allowed:
             repo = allowed[0] if allowed else event.service
-            if claimed:
-                log.warning(
-                    "intake.repo_refused",
-                    extra={"service": event.service, "claimed": event.repo, "repo": repo},
-                )
+        if self._claim_refused(event):
+            log.warning(
+                "intake.repo_refused",
+                extra={"service": event.service, "claimed": event.repo, "repo": repo},
+            )
         return repo, attributes
+
+    def _claim_refused(self, event: ErrorEvent) -> bool:
+        """Whether the repo the record named itself is one its service may not name (said
+        for each such event)."""
+        if event.attributes.get(REPO_CLAIMED) is not True:
+            return False
+        allowed = self.settings.repos_of(event.service)
+        return allowed is not None and event.repo not in allowed
 
     def _start(
         self, prepared: list[tuple[ErrorEvent, str]], occurrences: list[Occurrence]

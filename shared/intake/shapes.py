@@ -12,6 +12,7 @@ the two ways to the same events).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Hashable
 from typing import Any, Generic, TypeVar
@@ -22,6 +23,9 @@ V = TypeVar("V")
 
 # The record's own fields that a template leaves to each record (the timestamp's field too).
 VARYING = frozenset({"message", "id"})
+# A storm's record is a trace and a few fields: a larger one (up to the request's 10 MB) is
+# built on its own rather than kept whole as a shape.
+MAX_SHAPE_BYTES = 96 * 1024
 # Where a record's time is read, in the order events._reshape reads them.
 TIMESTAMP_FIELDS = ("timestamp", "@timestamp", "time", "ts", "@t", "asctime")
 
@@ -34,23 +38,49 @@ def timestamp_field(obj: dict[str, Any]) -> str | None:
     return next((k for k in TIMESTAMP_FIELDS[1:] if obj.get(k) not in (None, "")), None)
 
 
-def shape_of(obj: dict[str, Any], stamp_field: str | None, context: list[Any]) -> bytes | None:
-    """The record's shape: ``context`` (how it is read), then every field but the varying
-    ones, in one byte string; None for a record JSON cannot say again (an integer past 64
-    bits): it is built on its own."""
-    rest = {k: v for k, v in obj.items() if k not in VARYING and k != stamp_field}
+def shape_of(
+    obj: dict[str, Any], stamp_field: str | None, context: list[str | int | None]
+) -> bytes | None:
+    """The record's shape: ``context`` (how it is read: names and numbers, no floats), then
+    every field but the varying ones, in one byte string (see ``encoded``)."""
+    rest = encoded({k: v for k, v in obj.items() if k not in VARYING and k != stamp_field})
+    return None if rest is None else orjson.dumps([context, stamp_field]) + rest
+
+
+def encoded(value: Any) -> bytes | None:
+    """``value`` as JSON bytes that tell it apart from any other value: keys in their order
+    (two records whose fields come in another order are two shapes: the events keep it), and
+    None — built on its own — for what JSON would blur or cannot say (NaN and the infinities
+    are written as ``null``: Python's JSON reader takes them; an integer past 64 bits) and
+    past ``MAX_SHAPE_BYTES``."""
     try:
-        return orjson.dumps([context, stamp_field, rest], option=orjson.OPT_SORT_KEYS)
+        found = orjson.dumps(value)
     except (TypeError, orjson.JSONEncodeError):
         return None
+    if len(found) > MAX_SHAPE_BYTES or (b"null" in found and _unsayable(value)):
+        return None
+    return found
+
+
+def _unsayable(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return False
 
 
 class Templates(Generic[V]):
     """The last ``size`` shapes' templates (oldest dropped first); safe to share between
-    threads. A template holds at most one record's worth of text (its trace is bounded by
-    TRACEHOUND_MAX_TRACE_BYTES), and so does its shape."""
+    threads. A shape is at most ``MAX_SHAPE_BYTES`` of text and so is its template, about:
+    128 of them hold a few tens of MB at most."""
 
-    def __init__(self, size: int = 256) -> None:
+    def __init__(self, size: int = 128) -> None:
         self.size = size
         self._items: dict[Hashable, V] = {}
         self._lock = threading.Lock()

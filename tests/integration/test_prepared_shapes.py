@@ -46,7 +46,7 @@ def intake(private_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
     s = Settings(
         redis_url=private_redis_url,
         grouping_config=path,
-        service_repos={"shop-*": ["shop"], "mapped": ["web"]},
+        service_repos={"shop-*": ["shop"], "mapped": ["web"], "locked": []},
         redact_extra=[r"sku \d+"],
     )
     app = sender_app(s)
@@ -56,8 +56,8 @@ def intake(private_redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> 
 
 _events = st.fixed_dictionaries(
     {
-        "service": st.sampled_from(["shop-api", "ruled", "mapped", "free"]),
-        "repo": st.sampled_from(["shop", "other", "web", "free", "ruled"]),
+        "service": st.sampled_from(["shop-api", "ruled", "mapped", "free", "locked"]),
+        "repo": st.sampled_from(["shop", "other", "web", "free", "ruled", "locked"]),
         "stacktrace": st.sampled_from(
             [
                 PYTHON,
@@ -75,6 +75,10 @@ _events = st.fixed_dictionaries(
             st.just({REPO_CLAIMED: True}),
             st.just({"password": "s3cret", "release": "1.2"}),
             st.just({"frames": [{"file": "/app/dist/main.js", "line": 1, "column": 200}]}),
+            st.just({"x": float("nan")}),
+            st.just({"x": None}),
+            st.just({"a": 1, "b": 2}),
+            st.just({"b": 2, "a": 1}),
         ),
     }
 )
@@ -103,7 +107,10 @@ def test_a_storm_of_one_shape_is_prepared_as_each_event_alone(
             **fields,
         )
         got, expected = intake._prepare(event), intake._prepare_alone(event)
-        assert (got[0].model_dump(), got[1:]) == (expected[0].model_dump(), expected[1:])
+        # repr: NaN equal to NaN, and attributes in the same order
+        assert repr((got[0].model_dump(), got[1:])) == repr(
+            (expected[0].model_dump(), expected[1:])
+        )
 
 
 def test_a_storm_is_prepared_once(intake: Intake, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,7 +151,12 @@ def test_each_event_naming_a_repo_its_service_may_not_is_said(
         )
         for i in range(3)
     ]
+    # A service that may name no repo keeps its own name as its repo, and is said too.
+    locked = [
+        e.model_copy(update={"id": f"k{i}", "service": "locked", "repo": "locked"})
+        for i, e in enumerate(storm)
+    ]
     with caplog.at_level("WARNING", logger="shared.groups.submit"):
-        prepared = [intake._prepare(e) for e in storm]
-    assert [e.repo for e, _, _ in prepared] == ["shop"] * 3
-    assert [r.getMessage() for r in caplog.records].count("intake.repo_refused") == 3
+        prepared = [intake._prepare(e) for e in storm + locked]
+    assert [e.repo for e, _, _ in prepared] == ["shop"] * 3 + ["locked"] * 3
+    assert [r.getMessage() for r in caplog.records].count("intake.repo_refused") == 6
