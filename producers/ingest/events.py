@@ -233,7 +233,10 @@ class Spool:
     LAG_RECHECK_S = 0.1
     PACE_S = 2.0  # the workers' pace is read over the last two seconds …
     PACE_MIN_S = 0.5  # … once half a second of it has been seen
-    PACE_KEPT_S = 60.0  # a busy pace read stands in this long while none can be read
+    # A busy pace read stands in this long while none can be read: a storm's queue runs dry
+    # for a second or two between busy spells; workers that sped up since (scaled out, past
+    # a slow batch) and keep the queue too short to be read busy are refused this long.
+    PACE_KEPT_S = 5.0
 
     def __init__(
         self,
