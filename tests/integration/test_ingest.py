@@ -370,29 +370,3 @@ def test_a_burst_after_the_queue_ran_dry_is_held_to_the_workers_last_busy_pace(
         refused = [r for r in burst if r.status_code == 503]
         assert refused and refused[0].json()["lag_s"] > 1.5
         assert accepted < 20, accepted  # about 1.5 s at six a second, and a reading's worth
-
-
-def test_a_pace_read_once_stands_in_for_five_seconds_at_most(tmp_path: Path) -> None:
-    """Workers that sped up since their last busy pace (scaled out, past a slow batch) may
-    keep the queue too short to be read busy again: the old pace is not held against them
-    past Spool.PACE_KEPT_S, five seconds."""
-    with (
-        _ingest_without_worker(tmp_path, max_lag="1.5") as (url, client),
-        httpx.Client(base_url=url, headers=AUTH) as http,
-    ):
-        for i in range(16):
-            assert _send(http, f"q{i}").status_code == 202
-        [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
-        for i in range(4):  # a slow pace, about six batches a second
-            client.rpop(queue)
-            client.incr(keys.INTAKE_TAKEN)
-            _send(http, f"p{i}")
-            time.sleep(0.15)
-        assert _send(http, "late").status_code == 503
-        client.incrby(keys.INTAKE_TAKEN, len(client.rpop(queue, 100) or []))
-        time.sleep(5.2)
-        burst = []
-        for i in range(30):  # at that old pace, 30 waiting would be five seconds of work
-            burst.append(_send(http, f"b{i}").status_code)
-            time.sleep(0.02)
-        assert burst == [202] * 30
