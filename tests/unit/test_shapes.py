@@ -120,7 +120,7 @@ def _reference(record: dict[str, Any], **context: Any) -> Any:
     )
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     _records,
     _changes,
