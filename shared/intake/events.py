@@ -284,7 +284,7 @@ def from_record(
         if shape is not None and isinstance(found, ErrorEvent) and _stack_of(_reshape(obj))[1]:
             _TEMPLATES.put(shape, found)
         return found
-    record_id = event_id or (_text(obj.get("id")) if origin == "sent" else "")
+    record_id = _record_id(obj, origin, event_id)
     return template.model_copy(
         update={
             # as the event model's validators leave them (shared/core/domain.py)
@@ -296,6 +296,11 @@ def from_record(
 
 
 _TEMPLATES: Templates[ErrorEvent] = Templates()
+
+
+def _record_id(obj: dict[str, Any], origin: Origin, event_id: str) -> str:
+    """The event's id: the caller's, else the record's own when it was sent ("": a new one)."""
+    return event_id or (_text(obj.get("id")) if origin == "sent" else "")
 
 
 def _from_record(
@@ -323,7 +328,7 @@ def _from_record(
             max_bytes=max_bytes,
             level=level,
             fields=rec,
-            event_id=event_id or (_text(obj.get("id")) if origin == "sent" else ""),
+            event_id=_record_id(obj, origin, event_id),
         )
     if not _is_error(level, bool(stack), origin):
         return _not_error(level)
@@ -347,7 +352,7 @@ def _from_record(
         message=message,
         stacktrace=trim(stack, max_bytes) if stack else "",
         level=level,
-        record_id=event_id or (_text(obj.get("id")) if origin == "sent" else ""),
+        record_id=_record_id(obj, origin, event_id),
     )
 
 

@@ -20,19 +20,10 @@ from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.groups.submit import Intake
 from shared.intake.events import REPO_CLAIMED
-from tests.conftest import DATA
+from tests.unit.test_shapes import JAVA, NODE, PYTHON  # the same three traces
 
 pytestmark = pytest.mark.integration
 
-PYTHON = (DATA / "sample-error.txt").read_text()
-NODE = (
-    "Error: price lookup failed\n    at main (/app/src/server.js:13:21)\n"
-    "    at run (/app/src/run.js:2:3)"
-)
-JAVA = (
-    "java.lang.IllegalStateException: cart empty\n"
-    "\tat com.shop.Cart.total(Cart.java:42)\n\tat com.shop.Api.checkout(Api.java:7)"
-)
 GROUPING = {
     "services": {"ruled": {"rules": [{"match_message": "disk full", "fingerprint": "disk"}]}},
     "default": {"rules": [{"type": "IllegalState", "fingerprint": "state"}]},
