@@ -16,6 +16,7 @@ import redis
 from rank_bm25 import BM25Okapi
 
 from shared.core.domain import Chunk
+from shared.index import corpus as corpus_module
 from shared.index.chunking import chunk_file
 from shared.index.corpus import RedisCorpus
 from shared.index.segment_cache import SegmentCache
@@ -61,6 +62,17 @@ def queries() -> list[list[str]]:
     return [tokenize(text) for text in query_texts()]
 
 
+_TOKENS: dict[str, list[str]] = {}
+
+
+def tokens_of(chunk: Chunk) -> list[str]:
+    """The chunk's terms, counted once per chunk id for the whole session: the reference is
+    rebuilt at every check and would otherwise tokenize every live chunk again."""
+    if chunk.id not in _TOKENS:
+        _TOKENS[chunk.id] = chunk_tokens(chunk)
+    return _TOKENS[chunk.id]
+
+
 def in_segments(client: redis.Redis, chunks: list[Chunk], size: int) -> RedisCorpus:
     """A corpus holding ``chunks``, added ``size`` at a time (one segment each, until merged)."""
     corpus = RedisCorpus(client)
@@ -79,8 +91,8 @@ def scores_by_id(view: KeywordView, query: list[str]) -> dict[str, float]:
 
 def assert_same_as_bm25okapi(view: KeywordView, live: dict[str, Chunk]) -> None:
     ids = sorted(live)
-    reference = BM25Okapi([chunk_tokens(live[c]) for c in ids])
-    for query in queries():
+    reference = BM25Okapi([tokens_of(live[c]) for c in ids])
+    for text, query in zip(query_texts(), queries(), strict=True):
         expected = dict(zip(ids, reference.get_scores(query).tolist(), strict=True))
         got = scores_by_id(view, query)
         assert got.keys() == expected.keys()
@@ -92,8 +104,6 @@ def assert_same_as_bm25okapi(view: KeywordView, live: dict[str, Chunk]) -> None:
             return sorted(s, key=lambda cid: (-round(s[cid], 9), cid))[:50]
 
         assert top(got) == top(expected)
-    for text in query_texts():
-        expected = dict(zip(ids, reference.get_scores(tokenize(text)).tolist(), strict=True))
         ranked = sorted((v for v in expected.values() if v > 0), reverse=True)
         for n in (1, 10, 50):
             # The search's pruned top (shared/retrieve/top_scores.py): BM25Okapi's best n.
@@ -287,7 +297,9 @@ def test_writers_at_once_lose_nothing(
 
 def churn(url: str, seed: int) -> None:
     """A writer that never stops: adds files' chunks, removes some, compacts now and then.
-    Run as its own process by the test below, which kills it with -9."""
+    Run as its own process by the test below, which kills it with -9. Its locks live 3 s,
+    not 30: the test waits out a dead writer's lock once per run."""
+    corpus_module.LOCK_TIMEOUT = 3.0
     corpus = RedisCorpus(redis.Redis.from_url(url))
     code = code_chunks()
     rng = random.Random(seed)
