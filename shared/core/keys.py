@@ -216,6 +216,11 @@ def memory(fingerprint: str) -> str:
 MEMORY_VECTORS = f"{PREFIX}memory-vectors"  # sorted set: fingerprint -> when its vector was kept
 
 
+def memory_signature(signature: str) -> str:
+    """Sorted set: the groups remembered with exactly this signature, fingerprint -> when kept."""
+    return f"{PREFIX}memory-sig:{_digest(signature)}"
+
+
 # --- incidents and the deferred backlog (shared/groups/incidents.py, deferred.py) ------------
 
 INCIDENT_SEQ = f"{PREFIX}incident:seq"

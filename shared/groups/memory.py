@@ -15,10 +15,16 @@ error, so a new group's message can say "looks like …, resolved by …".
   (``remember``), and the resolution (who, when, the indexed commit, the thread's link)
   added when on-call presses Resolve (``note_resolved``). A vector without its hash (a
   group still in flight, muted, or forgotten) is never recalled.
-- **The lookup** (``recall``): the nearest ``TOP_K`` vectors, cosine at least the threshold
-  (``TRACEHOUND_MEMORY_THRESHOLD``, measured by benchmarks/incident_memory.py), never the
-  group itself; the closest one remembered wins, with the file on-call confirmed for it
-  (shared/notify/feedback.py's labelled case).
+- **The lookup** (``recall``): first the groups kept with exactly this signature (a sorted
+  set per signature, the newest ``SAME_SIGNATURE`` of them), then the nearest ``TOP_K``
+  vectors, cosine at least the threshold (``TRACEHOUND_MEMORY_THRESHOLD``, measured by
+  benchmarks/incident_memory.py), never the group itself; the closest one remembered wins,
+  with the file on-call confirmed for it (shared/notify/feedback.py's labelled case). The
+  exact half is there because a vector index's search is approximate: among many
+  near-identical signatures Chroma's HNSW can leave a vector unreachable, so querying it
+  with its own vector does not return it at any ``n_results`` (chroma-core/chroma#3113,
+  #3580; tests/integration/test_memory.py reproduces it) — and the same bug again is the
+  case this feature exists for.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ MAX_EXCEPTIONS = 4  # exceptions of a chain in a signature, root cause and outer
 MESSAGE_CHARS = 200  # of each exception's normalised message
 SIGNATURE_CHARS = 2000
 TOP_K = 5  # neighbours read per lookup
+SAME_SIGNATURE = 8  # groups kept per exact signature (the newest), read before the neighbours
 MAX_REMEMBERED = 50_000  # vectors kept, at most (the oldest go first)
 PRUNE_BATCH = 200  # expired vectors deleted per new group, at most
 TITLE_CHARS = 150
@@ -116,8 +123,9 @@ def keep(
     ttl_s: int,
     now: float | None = None,
 ) -> None:
-    """Store the group's vector (again: an upsert by fingerprint) and forget those older
-    than ``ttl_s`` or past ``MAX_REMEMBERED``, a bounded batch at a time."""
+    """Store the group's vector (again: an upsert by fingerprint) and its signature's exact
+    entry, and forget vectors older than ``ttl_s`` or past ``MAX_REMEMBERED``, a bounded
+    batch at a time (an exact entry expires with its signature's last group)."""
     at = time.time() if now is None else now
     chunk = Chunk(
         id=fingerprint,
@@ -134,7 +142,12 @@ def keep(
     pipe.zadd(keys.MEMORY_VECTORS, {fingerprint: at})
     pipe.zrangebyscore(keys.MEMORY_VECTORS, "-inf", at - ttl_s, start=0, num=PRUNE_BATCH)
     pipe.zcard(keys.MEMORY_VECTORS)
-    _, expired, count = pipe.execute()
+    if text:
+        same = keys.memory_signature(text)
+        pipe.zadd(same, {fingerprint: at})
+        pipe.zremrangebyrank(same, 0, -SAME_SIGNATURE - 1)
+        pipe.expire(same, ttl_s)
+    expired, count = pipe.execute()[1:3]
     extra = max(0, int(count) - MAX_REMEMBERED)
     if extra:
         expired += r.zrange(keys.MEMORY_VECTORS, 0, min(extra, PRUNE_BATCH) - 1)
@@ -205,15 +218,22 @@ def recall(
     *,
     fingerprint: str | None,
     threshold: float,
+    text: str = "",
     top_k: int = TOP_K,
 ) -> Recalled | None:
-    """The closest remembered group at cosine ``threshold`` or more, never ``fingerprint``
-    itself; None when there is none."""
+    """The remembered group with exactly the signature ``text`` (the newest), else the
+    closest at cosine ``threshold`` or more; never ``fingerprint`` itself; None when there
+    is none."""
+    newest = r.zrevrange(keys.memory_signature(text), 0, SAME_SIGNATURE - 1) if text else []
+    same = [_text(f) for f in newest]
+    exact = [_exact(f, text) for f in same if f != fingerprint]
     hits = vectors.query(MEMORY_REPO, vector, top_k + 1)
-    close = sorted(
-        (h for h in hits if h.chunk_id != fingerprint and h.score >= threshold),
+    seen = {fingerprint, *same}
+    near = sorted(
+        (h for h in hits if h.chunk_id not in seen and h.score >= threshold),
         key=lambda h: -h.score,
-    )[:top_k]
+    )
+    close = exact + near[:top_k]
     if not close:
         return None
     pipe = r.pipeline(transaction=False)
@@ -227,6 +247,12 @@ def recall(
             continue  # in flight, muted or forgotten: nothing to say of it
         return _recalled(hit, record, case)
     return None
+
+
+def _exact(fingerprint: str, text: str) -> ChunkHit:
+    """A group kept with the very signature looked up: as close as a vector can be."""
+    return ChunkHit(chunk_id=fingerprint, path=fingerprint, start_line=0, end_line=0,
+                    text=text, score=1.0)  # fmt: skip
 
 
 def _confirmed_file(case: Any) -> str:

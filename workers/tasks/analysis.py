@@ -153,11 +153,11 @@ def _recall(inv: Investigation, ctx: context.Clients) -> Recalled | None:
     message, so whatever fails (the store, Redis) is logged and the line dropped."""
     if inv.memory_vector is None or inv.group is None:
         return None
-    fp = inv.group.fingerprint
+    fp, text = inv.group.fingerprint, signature(inv.event)
     try:
         found = recall(ctx.vectors, ctx.redis, inv.memory_vector, fingerprint=fp,
-                       threshold=ctx.settings.memory_threshold)  # fmt: skip
-        keep(ctx.vectors, ctx.redis, fp, inv.memory_vector, signature(inv.event),
+                       threshold=ctx.settings.memory_threshold, text=text)  # fmt: skip
+        keep(ctx.vectors, ctx.redis, fp, inv.memory_vector, text,
              ttl_s=ctx.settings.memory_days * 86400)  # fmt: skip
     except Exception as exc:
         log.warning("memory.failed", extra={"event_id": inv.event.id, "error": str(exc)[:300]})
