@@ -177,7 +177,12 @@ class Settings(BaseSettings):
     # --- model hosts: one model active per machine, under a Redis lease ---
     host_leases: bool = Field(True, description="Off: every model worker calls its host freely.")
     lease_ttl: float = Field(15.0, gt=0.5, description="A dead holder's lease expires after this.")
-    lease_max_tasks: int = Field(20, ge=1, description="Fairness: tasks per hold when others wait.")
+    lease_max_tasks: int | None = Field(
+        None,
+        ge=1,
+        description="Fairness: tasks per hold when others wait, if set; by default host time "
+        "alone bounds a hold (TRACEHOUND_LEASE_MAX_SECONDS).",
+    )
     lease_max_seconds: float = Field(30.0, gt=0, description="Fairness: seconds per hold likewise.")
     lease_idle_release: float = Field(1.0, gt=0, description="Release when no task follows.")
 

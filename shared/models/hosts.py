@@ -15,7 +15,11 @@ runs under that host's lease, whichever worker process or machine makes it:
 - each acquisition takes a new fencing token from a counter; a holder checks its token before
   every call, so one that lost the lease (expired, or the key deleted by hand) cannot carry on;
 - the holder keeps the lease while its own queue has work (the model stays loaded), up to a
-  fairness bound in tasks or seconds once someone else is waiting; then it releases;
+  fairness bound in host time (``max_seconds``; a task count only when one is set) once
+  someone else is waiting; then it releases. A count treated a 20 ms rerank like a 3 s chat:
+  20 reranks per slot were under a second of host time, yet the rerank model yielded to the
+  waiting LLM with ten of the burst's reranks still queued, and took the host back (two more
+  loads) only after the LLM's own turn (benchmarks/host_scheduling.py);
 - waiters are ranked by priority with aging (an error's query embedding first, bulk indexing
   last, but a waiter that has waited long enough goes first), so nothing starves;
 - a holder whose last task was less urgent than a waiter's work (bulk indexing while an
@@ -384,7 +388,7 @@ class HostSession:
         host: str,
         *,
         ttl: float = 15.0,
-        max_tasks: int = 20,
+        max_tasks: int | None = None,
         max_seconds: float = 30.0,
         idle_release: float = 1.0,
         wait_timeout: float = 600.0,
@@ -519,14 +523,15 @@ class HostSession:
     def after_task(self, queue_depth: int) -> None:
         """Keep the host while our queue has work, unless others wait past the fairness bound,
         or more urgent work waits: an error's stage preempts bulk indexing between two of its
-        tasks (without this, an error's rerank waited for up to ``max_tasks`` index drains,
-        each up to 128 chunks, before it got the host)."""
+        tasks (without this, an error's rerank waited for up to ``max_seconds`` of index
+        drains, each up to 128 chunks, before it got the host)."""
         with self._lock:
             if not self.lease.held:
                 return
             self.tasks_in_hold += 1
             held_for = time.monotonic() - self.hold_started
-            fair_share_used = self.tasks_in_hold >= self.max_tasks or held_for >= self.max_seconds
+            counted_out = self.max_tasks is not None and self.tasks_in_hold >= self.max_tasks
+            fair_share_used = counted_out or held_for >= self.max_seconds
             # Only bulk work yields early: an error's query overtaking its own chain's rerank
             # would swap models back and forth between stages of the same analyses.
             preempted = self.last_priority == PRIORITY_BULK and self.lease.waiting_ahead_of(

@@ -203,6 +203,38 @@ def test_bulk_work_yields_the_host_to_an_errors_stage_after_one_task(
     indexer.close()
 
 
+def test_a_burst_of_short_tasks_keeps_the_host_until_its_share_of_host_time_is_used(
+    redis_client: redis.Redis,
+) -> None:
+    """Fifty reranks of a burst, the LLM waiting: the count of tasks does not end the hold
+    (the rest of the burst would wait out the LLM's turn and cost two more loads); the
+    seconds held do."""
+    host = new_host()
+    reranker = HostSession(redis_client, host, max_seconds=2.0, idle_release=60)
+    reranker.call("rerank", "http://x", "rerank", PRIORITY_CHAIN, lambda: None)
+    got: list[str] = []
+
+    def wait_for_llm() -> None:
+        lease = HostLease(redis_client, host)
+        lease.acquire("chat", PRIORITY_CHAIN, timeout=10)
+        got.append("chat")
+        lease.release()
+
+    llm = threading.Thread(target=wait_for_llm)
+    llm.start()
+    wait_until(lambda: host_status(redis_client, host)["waiting"], 5, "the LLM waiting")
+    for _ in range(50):
+        reranker.after_task(queue_depth=10)
+    assert reranker.lease.held and got == []
+
+    time.sleep(2.0)
+    reranker.after_task(queue_depth=10)  # its share of host time used, someone waits: yield
+    assert not reranker.lease.held
+    llm.join(10)
+    assert got == ["chat"]
+    reranker.close()
+
+
 def test_a_dead_host_is_not_held_while_waiting_to_retry(redis_client: redis.Redis) -> None:
     host = new_host()
     session = HostSession(redis_client, host, ttl=5)
