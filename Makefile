@@ -39,6 +39,8 @@ system-deps:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tracehound needs Python >= 3.11"'
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	# uv installs the same releases pip resolves (checked with `pip freeze` on both) in ~7 s
+	# where pip takes ~65 s: a minute of every CI run's ten.
+	$(BIN)/pip install -q uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[dev]'
 	touch $@
