@@ -35,32 +35,65 @@ def plan_file(
     corpus: RedisCorpus,
     redact: Callable[[str], str] = str,
 ) -> FilePlan:
-    """Chunks already present in both indexes are skipped: unchanged text costs no embedding.
+    """``plan_files`` of one file."""
+    [plan] = plan_files(
+        repo, [(path, text)], settings=settings, vectors=vectors, corpus=corpus, redact=redact
+    )
+    return plan
 
-    The file is ``redact``-ed whole before it is chunked (redaction keeps its lines): a key
+
+def plan_files(
+    repo: str,
+    files: Sequence[tuple[str, str]],
+    *,
+    settings: Settings,
+    vectors: VectorIndex,
+    corpus: RedisCorpus,
+    redact: Callable[[str], str] = str,
+) -> list[FilePlan]:
+    """Each ``(path, text)``'s plan, in order. Chunks already present in both indexes are
+    skipped: unchanged text costs no embedding.
+
+    Every file is ``redact``-ed whole before it is chunked (redaction keeps its lines): a key
     block across a chunk boundary goes whole, and what is stored — chunk texts in Redis and
     Chroma, and so every excerpt later shown to the reranker, the model or Slack — and what is
     embedded is the redacted text.
+
+    The whole batch is looked up at once: one vector-store round trip and two Redis ones,
+    not three per file (a watcher's burst arrives as batches of up to 64 files, and a round
+    trip to Chroma each made planning ~3 ms a file on the worker that also retrieves). A path
+    twice in a batch (two saves) is planned twice against the same indexed state, as two
+    tasks would be; ``finish_files`` settles them in order.
     """
-    chunks = chunk_file(
-        repo,
-        path,
-        redact(text),
-        size=settings.chunk_lines,
-        overlap=settings.chunk_overlap,
-        max_chars=settings.chunk_max_chars,
-    )
-    ids = [c.id for c in chunks]
+    chunked = [
+        chunk_file(
+            repo,
+            path,
+            redact(text),
+            size=settings.chunk_lines,
+            overlap=settings.chunk_overlap,
+            max_chars=settings.chunk_max_chars,
+        )
+        for path, text in files
+    ]
+    ids = list(dict.fromkeys(c.id for chunks in chunked for c in chunks))
     in_vectors = vectors.existing_ids(repo, ids)
     in_corpus = corpus.existing_ids(repo, ids)
-    previous = set(corpus.file_ids(repo, path))
-    return FilePlan(
-        path=path,
-        chunk_ids=ids,
-        missing=[c for c in chunks if c.id not in in_vectors],
-        stale=sorted(previous - set(ids)),
-        refill=[c for c in chunks if c.id in in_vectors and c.id not in in_corpus],
-    )
+    paths = list(dict.fromkeys(path for path, _ in files))
+    previous = dict(zip(paths, corpus.files_ids(repo, paths), strict=True))
+    plans = []
+    for (path, _), chunks in zip(files, chunked, strict=True):
+        chunk_ids = [c.id for c in chunks]
+        plans.append(
+            FilePlan(
+                path=path,
+                chunk_ids=chunk_ids,
+                missing=[c for c in chunks if c.id not in in_vectors],
+                stale=sorted(set(previous[path]) - set(chunk_ids)),
+                refill=[c for c in chunks if c.id in in_vectors and c.id not in in_corpus],
+            )
+        )
+    return plans
 
 
 def store_chunks(
@@ -73,7 +106,7 @@ def store_chunks(
     document_prefix: str = "",
 ) -> int:
     """Embed (batched) and write to Chroma first, then BM25: a chunk in BM25 is always in both.
-    The chunks come redacted from ``plan_file``."""
+    The chunks come redacted from ``plan_files``."""
     if not chunks:
         return 0
     embedded = embedder.embed([document_prefix + embedding_text(c) for c in chunks])

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 import redis
 
+from shared.core import keys
 from shared.core.errors import PermanentError
 from shared.core.pipeline import enqueue_file, enqueue_remove
 from shared.core.settings import Settings
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.index.corpus import RedisCorpus
-from shared.index.indexing import FilePlan, finish_files, plan_file, store_chunks
+from shared.index.indexing import FilePlan, finish_files, plan_file, plan_files, store_chunks
 from shared.index.owners import OwnersStore, owners_of
 from shared.index.reindex import index_repository
 from shared.index.vectors import ChromaVectorIndex
@@ -298,6 +299,65 @@ def test_single_file_changes_are_embedded_several_per_request_and_each_gets_its_
     # Each chunk embedded once (mod_0's twice if its saves fell in two drains).
     assert n <= sum(len(r["body"]["input"]) for r in ours) <= n + 1
     assert len(ours) < n // 2  # several files per request (one each before the backlog)
+
+
+class CountingVectors:
+    """The real Chroma index, counting the lookups a plan makes."""
+
+    def __init__(self, inner: ChromaVectorIndex) -> None:
+        self.inner, self.lookups = inner, 0
+
+    def existing_ids(self, repo: str, ids: Any) -> set[str]:
+        self.lookups += 1
+        return self.inner.existing_ids(repo, ids)
+
+
+def test_a_batch_is_planned_as_each_file_alone_in_one_lookup(
+    settings: Settings,
+    chroma: ChromaVectorIndex,
+    corpus: RedisCorpus,
+    ollama_sim: OllamaSimulator,
+    redis_client: redis.Redis,
+) -> None:
+    """A watcher's batch: an unchanged file, a changed one, a new one, one whose keyword
+    entries Redis lost (refilled, not re-embedded), and a file saved twice. Planned together,
+    each file gets the plan it gets alone, and the batch asks the vector store once."""
+    repo = new_repo()
+    embedder = OllamaEmbedder(ollama_sim.url, settings.embed_model)
+    old = {
+        f"svc/mod_{i}.py": f"def handler_{i}(order):\n    return order.total / {i}\n"
+        for i in range(4)
+    }
+    indexed = plan_files(repo, list(old.items()), settings=settings, vectors=chroma, corpus=corpus)
+    store_chunks(
+        repo, [c for p in indexed for c in p.missing], embedder=embedder, vectors=chroma,
+        corpus=corpus,
+    )  # fmt: skip
+    finish_files(repo, indexed, vectors=chroma, corpus=corpus)
+    lost = indexed[3].chunk_ids  # mod_3's keyword entries gone, its vectors still there
+    redis_client.hdel(keys.corpus(repo, "where"), *lost)
+    assert corpus.existing_ids(repo, lost) == set()
+
+    batch = [
+        ("svc/mod_0.py", old["svc/mod_0.py"]),  # unchanged
+        ("svc/mod_1.py", "def handler_1(order):\n    return 0\n"),  # changed
+        ("svc/new.py", "def fresh():\n    return 1\n"),  # new
+        ("svc/mod_3.py", old["svc/mod_3.py"]),  # to refill
+        ("svc/mod_2.py", "def handler_2(order):\n    return None\n"),  # saved twice
+        ("svc/mod_2.py", old["svc/mod_2.py"]),
+    ]
+    counting = CountingVectors(chroma)
+    together = plan_files(repo, batch, settings=settings, vectors=counting, corpus=corpus)  # type: ignore[arg-type]
+    alone = [
+        plan_file(repo, path, text, settings=settings, vectors=chroma, corpus=corpus)
+        for path, text in batch
+    ]
+
+    assert together == alone
+    assert counting.lookups == 1
+    assert [bool(p.missing) for p in together] == [False, True, True, False, True, False]
+    assert together[3].refill and not together[0].refill
+    assert together[1].stale == indexed[1].chunk_ids
 
 
 def test_a_file_changed_and_changed_back_in_one_drain_keeps_its_chunks(

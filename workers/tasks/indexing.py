@@ -23,7 +23,7 @@ from shared.index.history import HistoryStore
 from shared.index.indexing import (
     FilePlan,
     finish_files,
-    plan_file,
+    plan_files,
     prune,
     remove_path,
     store_chunks,
@@ -44,18 +44,14 @@ def _plan_dict(plan: FilePlan) -> dict[str, Any]:
 def _index(task: Any, repo: str, files: list[dict[str, str]]) -> dict[str, Any]:
     ctx = context.clients()
     try:
-        plans = [
-            plan_file(
-                repo,
-                f["path"],
-                f["text"],
-                settings=ctx.settings,
-                vectors=ctx.vectors,
-                corpus=ctx.corpus,
-                redact=ctx.redactor.redact,
-            )
-            for f in files
-        ]
+        plans = plan_files(
+            repo,
+            [(f["path"], f["text"]) for f in files],
+            settings=ctx.settings,
+            vectors=ctx.vectors,
+            corpus=ctx.corpus,
+            redact=ctx.redactor.redact,
+        )
     except TransientError as exc:
         raise retry(task, exc) from exc
     ctx.corpus.add(repo, [c for p in plans for c in p.refill])  # no model call needed
