@@ -1,7 +1,7 @@
 """Index work waiting for the embedding model, coalesced so the host sees few large requests.
 
-A watcher sends one ``index_file`` task per changed file; each used to become its own
-``embed_chunks`` task: one embed request, one Chroma upsert and one keyword segment per file
+Index tasks (a single file, or a watcher's batch of up to 64) each used to become their own
+``embed_chunks`` task: one embed request, one Chroma upsert and one keyword segment per task
 (2,000 single-file changes kept the embed worker busy for ~100 s, mostly on per-file overhead).
 Now an index task that has chunks to embed appends them to its repo's backlog and, if no drain
 is queued, queues one; a drain takes up to ``max_chunks`` chunks (several files' worth), embeds
