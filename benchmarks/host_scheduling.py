@@ -1,6 +1,7 @@
 """Model-host scheduling: a burst of errors and a re-index arriving together on one host.
 
     python benchmarks/host_scheduling.py [--errors 50] [--files 2000] [--scale 0.1] [--runs 3]
+                                         [--single-file-changes] [--timeline]
 
 The Ollama simulator plays the one small model host: one request at a time (``exclusive``),
 loading a model takes 2 s and requests take embed 20 ms, rerank 200 ms, chat 3 s — all
@@ -8,8 +9,12 @@ multiplied by ``--scale`` (0.1 by default, so a run takes minutes, not an hour),
 Slack's pace of one post per second per channel: unscaled, 50 messages and their 50 thread
 replies took 100 s whatever the host did, and the benchmark measured Slack's pace. The rerank
 endpoint is on the same simulator, i.e. the same machine. Workload: ``--errors`` error events
-and ``--files`` single-file index changes enqueued together. Two set-ups, each with the compose
-worker topology on a private Redis and Chroma:
+and ``--files`` changed files enqueued together. The files are sent as the watcher sends a
+burst of changes (``producers/watcher.py``: ``index_files`` tasks of up to
+``shared.index.reindex.BATCH_FILES`` files); ``--single-file-changes`` sends one ``index_file``
+task per file instead, which no producer does (the workload of the tables before 2026-12-06:
+enqueuing 2,000 tasks one by one took the client ~2 s, host-idle time no schedule controls).
+Two set-ups, each with the compose worker topology on a private Redis and Chroma:
 
 - naive: three independent model workers, no lease (TRACEHOUND_HOST_LEASES=false);
 - tracehound: the host lease (drain the loaded model, fairness bound, priorities, unload).
@@ -41,11 +46,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shared.core.pipeline import enqueue_error, enqueue_file, sender_app
+from shared.core.pipeline import enqueue_error, enqueue_file, enqueue_files, sender_app
 from shared.core.settings import Settings
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
-from shared.index.reindex import index_repository
+from shared.index.reindex import BATCH_FILES, index_repository
 from shared.intake.events import parse_event
 from shared.stack.localstack import LocalStack, simulator_env
 
@@ -176,8 +181,30 @@ def timeline(served: list[dict[str, Any]], t0: float, end: float) -> list[str]:
     return lines
 
 
+def send_changes(app: Any, n_files: int, single: bool) -> list[Any]:
+    """Enqueue ``n_files`` changed files: in the watcher's batches, or one task per file."""
+    files = [
+        {
+            "path": f"generated/mod_{i}.py",
+            "text": f"def handler_{i}(order):\n    return order.total / {i}\n",
+        }
+        for i in range(n_files)
+    ]
+    if single:
+        return [enqueue_file(app, "bench", f["path"], f["text"]) for f in files]
+    return [
+        enqueue_files(app, "bench", files[i : i + BATCH_FILES])
+        for i in range(0, n_files, BATCH_FILES)
+    ]
+
+
 def run(
-    leases: bool, n_errors: int, n_files: int, scale: float, show: bool = False
+    leases: bool,
+    n_errors: int,
+    n_files: int,
+    scale: float,
+    show: bool = False,
+    single: bool = False,
 ) -> dict[str, float]:
     latency = {"embed": 0.020 * scale, "rerank": 0.200 * scale, "chat": 3.0 * scale}
     with (
@@ -199,15 +226,7 @@ def run(
             )
             ollama.reset()  # count loads from here on
             t0 = time.time()
-            changes = [
-                enqueue_file(
-                    app,
-                    "bench",
-                    f"generated/mod_{i}.py",
-                    f"def handler_{i}(order):\n    return order.total / {i}\n",
-                )
-                for i in range(n_files)
-            ]
+            changes = send_changes(app, n_files, single)
             sent = []
             for _ in range(n_errors):
                 sent.append(
@@ -227,8 +246,8 @@ def run(
                 change.get(timeout=3600)
             polled = time.time()
             # The work's end is when its last part was done (a message received, an index
-            # task's result stored), not when this loop, fetching 2,000 results one by one
-            # (about 3 s), got to it.
+            # task's result stored), not when this loop, fetching the results one by one
+            # (about 3 s for 2,000), got to it.
             finished += [_epoch(change.date_done, polled) for change in changes]
             makespan = max(finished, default=polled) - t0
             app.close()
@@ -305,11 +324,18 @@ def main() -> int:
     ap.add_argument("--scale", type=float, default=0.1)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--timeline", action="store_true", help="print what the host did, in order")
+    ap.add_argument(
+        "--single-file-changes",
+        action="store_true",
+        help="one index_file task per file (no producer sends those), not the watcher's batches",
+    )
     args = ap.parse_args()
     results: dict[str, list[dict[str, float]]] = {key: [] for key, _, _ in SETUPS}
     for i in range(args.runs):
         for key, name, leases in SETUPS:
-            r = run(leases, args.errors, args.files, args.scale, args.timeline)
+            r = run(
+                leases, args.errors, args.files, args.scale, args.timeline, args.single_file_changes
+            )
             r["ratio"] = r["makespan"] / r["bound"] if r["bound"] else float("inf")
             r["ratio_arrivals"] = r["makespan"] / r["arrivals"] if r["arrivals"] else float("inf")
             results[key].append(r)
@@ -323,8 +349,13 @@ def main() -> int:
                 f"loads {r['loads']:.0f}, p50 {r['p50']:.1f} s, p95 {r['p95']:.1f} s",
                 flush=True,
             )
+    sent_as = (
+        "one index_file task each"
+        if args.single_file_changes
+        else f"in index_files tasks of {BATCH_FILES}, as the watcher sends them"
+    )
     print(
-        f"\n{args.errors} errors + {args.files} file changes at once; model load "
+        f"\n{args.errors} errors + {args.files} file changes ({sent_as}) at once; model load "
         f"{2.0 * args.scale:g} s, embed {20 * args.scale:g} ms, rerank {200 * args.scale:g} "
         f"ms, chat {3.0 * args.scale:g} s, Slack pace {args.scale:g} s (scale {args.scale:g})\n"
     )
