@@ -24,7 +24,8 @@ error, so a new group's message can say "looks like …, resolved by …".
   near-identical signatures Chroma's HNSW can leave a vector unreachable, so querying it
   with its own vector does not return it at any ``n_results`` (chroma-core/chroma#3113,
   #3580; tests/integration/test_memory.py reproduces it) — and the same bug again is the
-  case this feature exists for.
+  case this feature exists for. It needs no vector either: with the embed host down, the
+  same signature is still found (and kept), only the nearest neighbours are not.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def keep(
     vectors: MemoryVectors,
     r: redis.Redis,
     fingerprint: str,
-    vector: Sequence[float],
+    vector: Sequence[float] | None,
     text: str,
     *,
     ttl_s: int,
@@ -125,29 +126,34 @@ def keep(
 ) -> None:
     """Store the group's vector (again: an upsert by fingerprint) and its signature's exact
     entry, and forget vectors older than ``ttl_s`` or past ``MAX_REMEMBERED``, a bounded
-    batch at a time (an exact entry expires with its signature's last group)."""
+    batch at a time (an exact entry expires with its signature's last group). Without a
+    vector (the embed host was down) only the exact entry is kept."""
     at = time.time() if now is None else now
-    chunk = Chunk(
-        id=fingerprint,
-        repo=MEMORY_REPO,
-        path=fingerprint,
-        start_line=0,
-        end_line=0,
-        language="signature",
-        content_hash=hashlib.sha1(text.encode("utf-8", "replace")).hexdigest(),
-        text=text,
-    )
-    vectors.upsert(MEMORY_REPO, [chunk], [vector])
+    if vector is not None:
+        chunk = Chunk(
+            id=fingerprint,
+            repo=MEMORY_REPO,
+            path=fingerprint,
+            start_line=0,
+            end_line=0,
+            language="signature",
+            content_hash=hashlib.sha1(text.encode("utf-8", "replace")).hexdigest(),
+            text=text,
+        )
+        vectors.upsert(MEMORY_REPO, [chunk], [vector])
     pipe = r.pipeline(transaction=False)
-    pipe.zadd(keys.MEMORY_VECTORS, {fingerprint: at})
-    pipe.zrangebyscore(keys.MEMORY_VECTORS, "-inf", at - ttl_s, start=0, num=PRUNE_BATCH)
-    pipe.zcard(keys.MEMORY_VECTORS)
     if text:
         same = keys.memory_signature(text)
         pipe.zadd(same, {fingerprint: at})
         pipe.zremrangebyrank(same, 0, -SAME_SIGNATURE - 1)
         pipe.expire(same, ttl_s)
-    expired, count = pipe.execute()[1:3]
+    if vector is None:
+        pipe.execute()
+        return
+    pipe.zadd(keys.MEMORY_VECTORS, {fingerprint: at})
+    pipe.zrangebyscore(keys.MEMORY_VECTORS, "-inf", at - ttl_s, start=0, num=PRUNE_BATCH)
+    pipe.zcard(keys.MEMORY_VECTORS)
+    expired, count = pipe.execute()[-2:]
     extra = max(0, int(count) - MAX_REMEMBERED)
     if extra:
         expired += r.zrange(keys.MEMORY_VECTORS, 0, min(extra, PRUNE_BATCH) - 1)
@@ -214,7 +220,7 @@ def note_resolved(
 def recall(
     vectors: MemoryVectors,
     r: redis.Redis,
-    vector: Sequence[float],
+    vector: Sequence[float] | None,
     *,
     fingerprint: str | None,
     threshold: float,
@@ -223,11 +229,11 @@ def recall(
 ) -> Recalled | None:
     """The remembered group with exactly the signature ``text`` (the newest), else the
     closest at cosine ``threshold`` or more; never ``fingerprint`` itself; None when there
-    is none."""
+    is none. Without a ``vector`` (the embed host was down) only the exact signature."""
     newest = r.zrevrange(keys.memory_signature(text), 0, SAME_SIGNATURE - 1) if text else []
     same = [_text(f) for f in newest]
     exact = [_exact(f, text) for f in same if f != fingerprint]
-    hits = vectors.query(MEMORY_REPO, vector, top_k + 1)
+    hits = vectors.query(MEMORY_REPO, vector, top_k + 1) if vector is not None else []
     seen = {fingerprint, *same}
     near = sorted(
         (h for h in hits if h.chunk_id not in seen and h.score >= threshold),

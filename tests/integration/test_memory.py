@@ -26,7 +26,7 @@ from shared.devtools.sample_history import SampleRepo
 from shared.devtools.simulators.ollama import OllamaSimulator, hashed_embedding
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.devtools.simulators.slack_socket import block_actions
-from shared.groups.memory import MEMORY_REPO, keep, recall
+from shared.groups.memory import MEMORY_REPO, keep, recall, signature
 from shared.groups.submit import Intake, intake_for
 from shared.index.vectors import ChromaVectorIndex, collection_name
 from shared.intake.events import parse_event
@@ -191,21 +191,41 @@ def test_an_unrelated_error_gets_no_memory_line(
     assert "from memory" not in json.dumps(message(slack_sim, unrelated["ts"])["blocks"])
 
 
-def test_with_the_embed_host_down_the_message_goes_out_without_the_line(
+def test_with_the_embed_host_down_the_same_signature_is_still_recalled_and_kept(
     listener: Listener,
     intake: Intake,
     slack_sim: SlackSimulator,
     ollama_sim: OllamaSimulator,
     redis_client: redis.Redis,
 ) -> None:
+    """The same bug again (another service, another entry point: the same signature) while
+    the embed host is down: retrieval goes keyword-only and says so, and memory still says
+    who resolved it, from the exact signature alone; a variant only a vector would match
+    gets no line. A group first seen with the host down is kept by its signature too."""
     case = word()
     solved(intake, redis_client, slack_sim, case)
     ollama_sim.fail("/api/embed", 503, times=-1)
 
     again = post(intake, redis_client, from_a_job(the_bug(case)), f"repricer-{case}")
+    reworded = the_bug(case).replace("division by zero", "float division by zero")
+    near = post(intake, redis_client, reworded, f"pricer-{case}")
+    other = word()
+    unseen = post(intake, redis_client, the_bug(other), f"shop-{other}")
 
-    assert memory_line(slack_sim, again["ts"]) == ""
+    # Read now: when the host is back, degraded messages are analysed again in place.
+    line = memory_line(slack_sim, again["ts"])
+    assert line.startswith("*Seen before:* looks like `shop-"), line
+    assert f"resolved by <@{USER}> on 20" in line, line
     assert "embedding: failed" in json.dumps(message(slack_sim, again["ts"])["blocks"])
+    assert memory_line(slack_sim, near["ts"]) == ""
+    assert memory_line(slack_sim, unseen["ts"]) == ""
+    kept = signature(parse_event(the_bug(other), service=f"shop-{other}", repo=REPO))
+    assert redis_client.zscore(keys.memory_signature(kept), unseen["fingerprint"]) is not None
+
+    ollama_sim.reset_faults()
+    later = post(intake, redis_client, the_bug(other), f"batch-{other}")
+    line = memory_line(slack_sim, later["ts"])
+    assert line.startswith(f"*Seen before:* looks like `shop-{other}:"), line
 
 
 def test_with_the_memory_store_failing_the_message_goes_out_without_the_line(

@@ -150,10 +150,13 @@ def retrieve(self: Any, payload: dict[str, Any]) -> dict[str, Any]:
 def _recall(inv: Investigation, ctx: context.Clients) -> Recalled | None:
     """The group analysed before that this one reads like, and this group's vector kept for
     later ones: here, where the vector store is at hand. It only adds a line to the
-    message, so whatever fails (the store, Redis) is logged and the line dropped."""
-    if inv.memory_vector is None or inv.group is None:
+    message, so whatever fails (the store, Redis) is logged and the line dropped. With the
+    embed host down there is no vector: the exact signature is still looked up and kept."""
+    if not ctx.settings.memory or inv.group is None:
         return None
     fp, text = inv.group.fingerprint, signature(inv.event)
+    if inv.memory_vector is None and not text:
+        return None
     try:
         found = recall(ctx.vectors, ctx.redis, inv.memory_vector, fingerprint=fp,
                        threshold=ctx.settings.memory_threshold, text=text)  # fmt: skip
