@@ -9,9 +9,10 @@ demo: install
 	$(BIN)/tracehound demo
 
 # Test files run in five processes (pytest-xdist): most of the suite waits on real servers,
-# so on two cores five take 5:43 where four took 6:16 (whole suite, this machine).
+# so on two cores five take 5:43 where four took 6:16 (whole suite, this machine). The
+# slowest tests are listed at the end: CI has ten minutes, and they are where it goes.
 test: install
-	$(BIN)/python -m pytest -n 5 --dist loadfile
+	$(BIN)/python -m pytest -n 5 --dist loadfile --durations=25
 
 lint: install
 	$(BIN)/ruff check shared workers producers tests benchmarks
