@@ -10,9 +10,10 @@ demo: install
 
 # Test files run in five processes (pytest-xdist): most of the suite waits on real servers,
 # so on two cores five take 5:43 where four took 6:16 (whole suite, this machine). The
-# slowest tests are listed at the end: CI has ten minutes, and they are where it goes.
+# slowest tests are listed at the end: CI has ten minutes, and they are where it goes. Files
+# are handed out longest first (tests/conftest.py, LONGEST_FIRST), not by their test count.
 test: install
-	$(BIN)/python -m pytest -n 5 --dist loadfile --durations=25
+	$(BIN)/python -m pytest -n 5 --dist loadfile --no-loadscope-reorder --durations=25
 
 lint: install
 	$(BIN)/ruff check shared workers producers tests benchmarks

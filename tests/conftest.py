@@ -35,25 +35,28 @@ SLACK_SIGNING_SECRET = "test-signing-secret"
 
 
 # `make test` spreads test files over processes (pytest-xdist, --dist loadfile: a file's tests
-# and its module-scoped stack stay in one process). Files are handed out in collection order,
-# so the longest go first: none of them starts last and holds up the whole run.
-LONGEST_FIRST = (  # by the seconds each took in a whole run (pytest --durations=0)
-    "test_up.py",
+# and its module-scoped stack stay in one process). Files are handed out in collection order
+# (`--no-loadscope-reorder`: xdist otherwise sorts them by their number of tests), so the
+# longest go first: none of them starts last and holds up the whole run.
+LONGEST_FIRST = (  # by the seconds each took in a whole run (pytest --junitxml, 2026-12-06)
     "test_reliability.py",
-    "test_pgvector.py",
-    "test_pipeline.py",
-    "test_tail_chaos.py",
+    "test_up.py",
     "test_keyword_index.py",
+    "test_pgvector.py",
+    "test_redis_hand_off.py",
+    "test_pipeline.py",
+    "test_memory.py",
+    "test_sentry_upstream.py",
     "test_slack_actions.py",
+    "test_tail_chaos.py",
+    "test_hosts.py",
     "test_redis_restart.py",
+    "test_incident_delivery.py",
+    "test_secret_corpus_flow.py",
     "test_cli.py",
+    "test_ingest.py",
     "test_grouping.py",
     "test_watcher.py",
-    "test_redis_hand_off.py",
-    "test_secret_corpus_flow.py",
-    "test_incident_delivery.py",
-    "test_hosts.py",
-    "test_sdk_intake.py",
 )
 
 
