@@ -155,7 +155,7 @@ def _recall(inv: Investigation, ctx: context.Clients) -> Recalled | None:
     if not ctx.settings.memory or inv.group is None:
         return None
     fp, text = inv.group.fingerprint, signature(inv.event)
-    if inv.memory_vector is None and not text:
+    if not text:  # nothing to tell this error from another (embed_query embedded none either)
         return None
     try:
         found = recall(ctx.vectors, ctx.redis, inv.memory_vector, fingerprint=fp,
