@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import itertools
 import json
 import statistics
@@ -50,7 +51,8 @@ from shared.core.pipeline import enqueue_error, enqueue_file, enqueue_files, sen
 from shared.core.settings import Settings
 from shared.devtools.simulators.ollama import OllamaSimulator
 from shared.devtools.simulators.slack import SlackSimulator
-from shared.index.reindex import BATCH_FILES, index_repository
+from shared.index.reindex import BATCH_FILES, batches, index_repository
+from shared.index.sources import SourceFile
 from shared.intake.events import parse_event
 from shared.stack.localstack import LocalStack, simulator_env
 
@@ -182,19 +184,18 @@ def timeline(served: list[dict[str, Any]], t0: float, end: float) -> list[str]:
 
 
 def send_changes(app: Any, n_files: int, single: bool) -> list[Any]:
-    """Enqueue ``n_files`` changed files: in the watcher's batches, or one task per file."""
-    files = [
-        {
-            "path": f"generated/mod_{i}.py",
-            "text": f"def handler_{i}(order):\n    return order.total / {i}\n",
-        }
-        for i in range(n_files)
-    ]
+    """Enqueue ``n_files`` changed files: in the watcher's batches (its ``batches``), or one
+    task per file."""
+    files = []
+    for i in range(n_files):
+        text = f"def handler_{i}(order):\n    return order.total / {i}\n"
+        sha = hashlib.sha256(text.encode()).hexdigest()
+        files.append(SourceFile(path=f"generated/mod_{i}.py", text=text, sha256=sha))
     if single:
-        return [enqueue_file(app, "bench", f["path"], f["text"]) for f in files]
+        return [enqueue_file(app, "bench", f.path, f.text) for f in files]
     return [
-        enqueue_files(app, "bench", files[i : i + BATCH_FILES])
-        for i in range(0, n_files, BATCH_FILES)
+        enqueue_files(app, "bench", [{"path": f.path, "text": f.text} for f in batch])
+        for batch in batches(iter(files))
     ]
 
 
