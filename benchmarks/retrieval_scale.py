@@ -286,8 +286,10 @@ def freshness(
             if hits and hits[0].path == rel and name in hits[0].text:
                 bm25_at = time.monotonic() - t0
         if vector_at is None:
-            got = col.get(where={"path": rel}, include=["documents"])
-            if any(name in (d or "") for d in got["documents"]):
+            # Chroma keeps no texts: a chunk id of the file in Chroma whose text (the corpus's,
+            # written just after the vector) holds the new name.
+            ids = col.get(where={"path": rel}, include=[])["ids"]
+            if any(name in t for t in index.texts(REPO, ids)):
                 vector_at = time.monotonic() - t0
         time.sleep(0.02)
     if bm25_at is None or vector_at is None:

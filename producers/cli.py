@@ -846,7 +846,10 @@ def vectors_copy(
     """Copy indexed chunks with their vectors from one store to the other, without embedding
     again (TRACEHOUND_CHROMA_URL and TRACEHOUND_PG_URL say where each is). Run it again after
     an interruption: chunks are written by id. Then set TRACEHOUND_VECTOR_STORE to the target."""
+    import redis
+
     from shared.core.errors import TracehoundError
+    from shared.index.corpus import RedisCorpus
     from shared.index.transfer import copy_vectors
     from shared.index.vectors import open_vector_store
 
@@ -862,9 +865,14 @@ def vectors_copy(
     def progress(name: str, done: int) -> None:
         err.print(f"{name}: {done} chunks sent", highlight=False, markup=False)
 
+    corpus = RedisCorpus(
+        redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
+    )
     try:
-        copied = copy_vectors(stores[0], stores[1], repo or None, progress=progress)
-    except TracehoundError as exc:
+        copied = copy_vectors(
+            stores[0], stores[1], repo or None, progress=progress, texts=corpus.texts
+        )
+    except (TracehoundError, redis.RedisError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(1) from exc
     bad = 0

@@ -236,6 +236,13 @@ class MemoryIndex:
         self.symbols = symbol_table([defined_names(c) for c in self.chunks])
         self._memo: dict[tuple[str, str, int], list[ChunkHit]] = {}
         self._mapper: PathMapper | None = None
+        self._texts: dict[str, str] | None = None
+
+    def texts(self, repo: str, ids: Sequence[str]) -> list[str]:
+        """As the Redis corpus answers (the texts a vector store did not keep)."""
+        if self._texts is None:
+            self._texts = {c.id: c.text for c in self.chunks}
+        return [self._texts.get(i, "") for i in ids]
 
     def _hit(self, i: int, score: float) -> ChunkHit:
         c = self.chunks[i]

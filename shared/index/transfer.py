@@ -4,7 +4,8 @@ Chunks go with their vectors, texts and metadata, a page at a time, written by c
 that was cut off is finished by running it again, and copying twice doubles nothing. Into a
 repo the target does not hold yet, the pages stream into the target's load path (pgvector:
 COPY and one index build, in one transaction); into one it holds, they are upserted. The
-keyword corpus (Redis) is the same for both stores and is not touched.
+keyword corpus (Redis) is the same for both stores and is not changed; the texts a source
+keeps none of (Chroma) are read from it on the way, so pgvector holds them as when it indexed.
 """
 
 from __future__ import annotations
@@ -35,11 +36,15 @@ def copy_vectors(
     *,
     page: int = PAGE,
     progress: Callable[[str, int], None] = lambda repo, done: None,
+    texts: Callable[[str, Sequence[str]], list[str]] | None = None,
 ) -> list[Copied]:
-    """Copy ``repos`` (every repo of ``source`` when None) into ``target``."""
+    """Copy ``repos`` (every repo of ``source`` when None) into ``target``; ``texts`` (the
+    corpus's) gives the chunks the source keeps no text of theirs."""
     copied = []
     for repo in repos if repos is not None else source.repos():
         pages = _sent(source.export(repo, page), partial(progress, repo))
+        if texts is not None:
+            pages = _with_texts(repo, pages, texts)
         if target.count(repo) == 0:
             written = target.load_pages(repo, pages)
         else:
@@ -49,6 +54,18 @@ def copy_vectors(
                 written += len(chunks)
         copied.append(Copied(repo, written, source.count(repo), target.count(repo)))
     return copied
+
+
+def _with_texts(
+    repo: str, pages: Iterable[Page], texts: Callable[[str, Sequence[str]], list[str]]
+) -> Iterator[Page]:
+    for chunks, vectors in pages:
+        missing = [c.id for c in chunks if not c.text]
+        found = dict(zip(missing, texts(repo, missing), strict=True)) if missing else {}
+        yield (
+            [c.model_copy(update={"text": found[c.id]}) if found.get(c.id) else c for c in chunks],
+            vectors,
+        )
 
 
 def _sent(pages: Iterable[Page], on_sent: Callable[[int], None]) -> Iterator[Page]:

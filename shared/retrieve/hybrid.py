@@ -90,6 +90,33 @@ class VectorSearch(Protocol):
 
 
 @runtime_checkable
+class ChunkTexts(Protocol):
+    """Where chunk texts are kept (the keyword corpus): a vector store may keep none."""
+
+    def texts(self, repo: str, ids: Sequence[str]) -> list[str]: ...
+
+
+def with_texts(repo: str, hits: list[ChunkHit], source: object) -> list[ChunkHit]:
+    """``hits`` with the texts the vector store did not keep read from ``source``; a hit whose
+    text is nowhere (its chunk was removed from the corpus, or is not in it yet) is left out:
+    there is no code to show for it."""
+    missing = [h.chunk_id for h in hits if not h.text]
+    if not missing:
+        return hits
+    texts = source.texts(repo, missing) if isinstance(source, ChunkTexts) else []
+    found = dict(zip(missing, texts, strict=False))
+    kept = [
+        h if h.text else h.model_copy(update={"text": found[h.chunk_id]})
+        for h in hits
+        if h.text or found.get(h.chunk_id)
+    ]
+    if len(kept) < len(hits):
+        left_out = len(hits) - len(kept)
+        log.info("retrieve.vector_hits_without_text", extra={"repo": repo, "left_out": left_out})
+    return kept
+
+
+@runtime_checkable
 class ChunkLocator(Protocol):
     """What frames need from an index: its paths as a frame mapper (built once per version of
     the index, not per query) and the chunk holding a line."""
@@ -229,7 +256,11 @@ def hybrid_retrieve(
         located, own_frames = _located(repo, text, frames, locator, signals, run)
         rankings += located
     if vector is not None and "vector" in signals:
-        hits = run("vector", "vector search failed", lambda: vectors.query(repo, vector, depth))
+        hits = run(
+            "vector",
+            "vector search failed",
+            lambda: with_texts(repo, vectors.query(repo, vector, depth), keywords),
+        )
         if hits is not None:
             rankings.append(("vector", hits))
     if "bm25" in signals:

@@ -257,6 +257,11 @@ class KeywordView:
             for (p, i), cid, text, (_, score) in zip(located, ids, texts, ranked, strict=True)
         ]
 
+    def texts(self, repo: str, ids: Sequence[str]) -> list[str]:
+        """The chunks' texts ("" for one the corpus does not hold): the vector hits' code."""
+        self._check(repo)
+        return self.corpus.texts(repo, ids)
+
     def search(self, repo: str, text: str, n: int) -> list[ChunkHit]:
         self._check(repo)
         if not self.size:
@@ -452,6 +457,9 @@ class BM25Index:
 
     def search(self, repo: str, text: str, n: int) -> list[ChunkHit]:
         return self.current(repo).search(repo, text, n)
+
+    def texts(self, repo: str, ids: Sequence[str]) -> list[str]:
+        return self.corpus.texts(repo, ids)
 
     def path_mapper(self, repo: str) -> PathMapper:
         return self.current(repo).path_mapper(repo)

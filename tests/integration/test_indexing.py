@@ -22,7 +22,7 @@ from shared.index.reindex import index_repository
 from shared.index.vectors import ChromaVectorIndex
 from shared.intake.traces import parse_frames
 from shared.models.embedder import OllamaEmbedder
-from shared.retrieve.hybrid import frame_ranking
+from shared.retrieve.hybrid import frame_ranking, hybrid_retrieve
 from shared.retrieve.keywords import BM25Index
 from tests.conftest import model_not_pulled
 
@@ -80,7 +80,7 @@ def test_task_results_keep_no_file_text(
     sender: Any, settings: Settings, sample_copy: Path, redis_client: redis.Redis
 ) -> None:
     """What Celery keeps of an index task (7 days) is its small result, not the files it was
-    sent: the text already lives in Chroma and the keyword corpus."""
+    sent: the text already lives in the keyword corpus."""
     marker = f"marker_{uuid.uuid4().hex}"
     (sample_copy / "shopapp" / "marked.py").write_text(f"def {marker}():\n    return 1\n")
     report = index(sender, sample_copy, new_repo(), settings)
@@ -186,6 +186,7 @@ def test_binary_ignored_oversize_and_bad_utf8_files(
     settings: Settings,
     sample_copy: Path,
     chroma: ChromaVectorIndex,
+    corpus: RedisCorpus,
 ) -> None:
     repo = new_repo()
     (sample_copy / "shopapp/blob.py").write_bytes(b"x = 1\n\x00\x01\x02binary")
@@ -199,10 +200,9 @@ def test_binary_ignored_oversize_and_bad_utf8_files(
     indexed = paths_in_chroma(chroma, repo)
     assert "build/generated.py" not in indexed  # .gitignore'd
     assert "shopapp/blob.py" not in indexed and "shopapp/huge.py" not in indexed
-    legacy = chroma._collection(repo).get(
-        where={"path": "shopapp/locale/legacy_fr.py"}, include=["documents"]
-    )
-    assert legacy["documents"] and "\ufffd" in "".join(legacy["documents"])
+    legacy = corpus.file_ids(repo, "shopapp/locale/legacy_fr.py")
+    assert legacy and set(legacy) <= set(chroma.ids_for_path(repo, "shopapp/locale/legacy_fr.py"))
+    assert "\ufffd" in "".join(corpus.texts(repo, legacy))
 
 
 def test_index_file_and_remove_file_tasks_for_the_watcher(
@@ -400,3 +400,43 @@ def test_index_records_the_codeowners_github_would_use_for_notify_to_read(
     repo = new_repo()
     index(sender, sample_copy, repo, settings, history=None)
     assert owners_of(OwnersStore(redis_client).rules(repo), "app/x.py") == ("@acme/py",)
+
+
+def test_chroma_keeps_no_texts_and_vector_hits_still_show_their_code(
+    sender: Any,
+    settings: Settings,
+    sample_copy: Path,
+    chroma: ChromaVectorIndex,
+    corpus: RedisCorpus,
+    ollama_sim: OllamaSimulator,
+) -> None:
+    """A chunk's text is stored once, in the keyword corpus: Chroma gets vectors and metadata,
+    no document for its full-text index to take in. The vector search the retrieve stage makes
+    still shows each hit's code (read from the corpus), and a vector whose chunk the corpus
+    does not hold (removed, or not written yet) shows nothing rather than an empty chunk."""
+    repo = new_repo()
+    index(sender, sample_copy, repo, settings)
+    stored = chroma._collection(repo).get(include=["documents"])
+    assert stored["ids"] and not any(stored["documents"])
+
+    query = "ZeroDivisionError in _allocate_discount: share / line.quantity"
+    [vector] = OllamaEmbedder(ollama_sim.url, settings.embed_model).embed([query])
+    # A vector only Chroma holds, as near the query as can be: the corpus has no text for it.
+    [orphan] = plan_file(
+        repo, "shopapp/orphan.py", "def orphan():\n    return 1\n",
+        settings=settings, vectors=chroma, corpus=corpus,
+    ).missing  # fmt: skip
+    chroma.upsert(repo, [orphan], [vector])
+
+    found = hybrid_retrieve(
+        repo, query, vector, vectors=chroma, keywords=BM25Index(corpus).current(repo),
+        signals={"vector"},
+    )  # fmt: skip
+    [(signal, hits)] = found.rankings
+    assert signal == "vector" and len(hits) >= 5
+    assert orphan.id not in {h.chunk_id for h in hits}
+    for hit in hits:
+        assert hit.text.strip()
+        raw = (sample_copy / hit.path).read_bytes()
+        if raw.isascii():  # the code at the hit's lines (a Latin-1 file is read as decoded)
+            assert hit.text.splitlines()[0] in raw.decode().splitlines()[hit.start_line - 1]
