@@ -99,12 +99,18 @@ def test_a_lost_keyword_index_is_said_and_rebuilt_without_embedding_again(
     for key in redis_client.scan_iter(match=f"th:corpus:{repo}:*"):
         redis_client.delete(key)  # what a restart without persistence does
     lost = enqueue_error(sender, parse_event(TRACE, service="shop-api", repo=repo))
-    notes = lost.get(timeout=120)["notes"]
+    said = lost.get(timeout=120)
+    notes = said["notes"]
     assert any("no keyword index" in n and "tracehound index" in n for n in notes), notes
+    # Chroma keeps no chunk texts (the corpus did): until the rebuild there is no code to cite.
+    assert not said["top_files"], said["top_files"]
 
     embeds_before = len(ollama_sim.requests_to("/api/embed"))
     report = index_repository(sender, SAMPLE_SERVICE, repo, max_bytes=1_000_000, timeout=120)
     assert report.embedded == 0  # the vectors were still in Chroma
     assert len(ollama_sim.requests_to("/api/embed")) == embeds_before
-    again = enqueue_error(sender, parse_event(TRACE, service="shop-api", repo=repo))
-    assert not any("keyword" in n for n in again.get(timeout=120)["notes"])
+    again = enqueue_error(sender, parse_event(TRACE, service="shop-api", repo=repo)).get(
+        timeout=120
+    )
+    assert not any("keyword" in n for n in again["notes"])
+    assert any(f.startswith("shopapp/services/pricing.py") for f in again["top_files"])
