@@ -16,16 +16,17 @@ error, so a new group's message can say "looks like …, resolved by …".
   added when on-call presses Resolve (``note_resolved``). A vector without its hash (a
   group still in flight, muted, or forgotten) is never recalled.
 - **The lookup** (``recall``): first the groups kept with exactly this signature (a sorted
-  set per signature, the newest ``SAME_SIGNATURE`` of them), then the nearest ``TOP_K``
-  vectors, cosine at least the threshold (``TRACEHOUND_MEMORY_THRESHOLD``, measured by
-  benchmarks/incident_memory.py), never the group itself; the closest one remembered wins,
-  with the file on-call confirmed for it (shared/notify/feedback.py's labelled case). The
-  exact half is there because a vector index's search is approximate: among many
-  near-identical signatures Chroma's HNSW can leave a vector unreachable, so querying it
-  with its own vector does not return it at any ``n_results`` (chroma-core/chroma#3113,
-  #3580; tests/integration/test_memory.py reproduces it) — and the same bug again is the
-  case this feature exists for. It needs no vector either: with the embed host down, the
-  same signature is still found (and kept), only the nearest neighbours are not.
+  set per signature, the newest ``SAME_SIGNATURE`` of them), then, only when none of them has
+  a message to point at, the nearest ``TOP_K`` vectors, cosine at least the threshold
+  (``TRACEHOUND_MEMORY_THRESHOLD``, measured by benchmarks/incident_memory.py), never the
+  group itself; the closest one remembered wins, with the file on-call confirmed for it
+  (shared/notify/feedback.py's labelled case). The exact half is there because a vector
+  index's search is approximate: among many near-identical signatures Chroma's HNSW can
+  leave a vector unreachable, so querying it with its own vector does not return it at any
+  ``n_results`` (chroma-core/chroma#3113, #3580; tests/integration/test_memory.py reproduces
+  it) — and the same bug again is the case this feature exists for. It needs no vector
+  either: with the embed host down, the same signature is still found (and kept), only the
+  nearest neighbours are not.
 """
 
 from __future__ import annotations
@@ -232,14 +233,22 @@ def recall(
     is none. Without a ``vector`` (the embed host was down) only the exact signature."""
     newest = r.zrevrange(keys.memory_signature(text), 0, SAME_SIGNATURE - 1) if text else []
     same = [_text(f) for f in newest]
+    # The exact ones first, on their own: the vector store is asked only when none of them
+    # has anything to say (a regression's own group answers without a nearest-neighbour query).
     exact = [_exact(f, text) for f in same if f != fingerprint]
-    hits = vectors.query(MEMORY_REPO, vector, top_k + 1) if vector is not None else []
+    if (found := _first_said(r, exact)) is not None or vector is None:
+        return found
+    hits = vectors.query(MEMORY_REPO, vector, top_k + 1)
     seen = {fingerprint, *same}
     near = sorted(
         (h for h in hits if h.chunk_id not in seen and h.score >= threshold),
         key=lambda h: -h.score,
     )
-    close = exact + near[:top_k]
+    return _first_said(r, near[:top_k])
+
+
+def _first_said(r: redis.Redis, close: Sequence[ChunkHit]) -> Recalled | None:
+    """The first of ``close`` whose group has a message to point at."""
     if not close:
         return None
     pipe = r.pipeline(transaction=False)

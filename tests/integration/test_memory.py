@@ -276,3 +276,35 @@ def test_the_same_signature_is_recalled_where_the_vector_index_cannot_find_it(
         text, vector = kept[fp]
         found = recall(store, fresh_redis, vector, fingerprint="new", threshold=0.95, text=text)
         assert found is not None and found.fingerprint == fp and found.score == 1.0
+
+
+def test_an_exact_signature_answers_without_asking_the_vector_store(
+    fresh_redis: redis.Redis, tmp_path: Path
+) -> None:
+    """The same bug again is answered from the exact-signature set: no nearest-neighbour query
+    on the retrieve stage's path. An exact group with nothing to say yet (in flight) still
+    lets the nearest neighbours answer."""
+
+    class Counting(ChromaVectorIndex):
+        queries = 0
+
+        def query(self, repo: str, vector: Any, n: int) -> Any:
+            Counting.queries += 1
+            return super().query(repo, vector, n)
+
+    store = Counting(url=None, path=tmp_path / "chroma")
+    text = "ZeroDivisionError: division by zero\nat shopapp/pricing.py:discount"
+    near_text = text + " (refund)"
+    keep(store, fresh_redis, "old", hashed_embedding(text), text, ttl_s=3600)
+    keep(store, fresh_redis, "near", hashed_embedding(near_text), near_text, ttl_s=3600)
+    fresh_redis.hset(keys.memory("near"), mapping={"title": "shop: refund", "service": "shop"})
+    vector = hashed_embedding(text)
+
+    in_flight = recall(store, fresh_redis, vector, fingerprint="new", threshold=0.5, text=text)
+    assert in_flight is not None and in_flight.fingerprint == "near"
+    assert Counting.queries == 1
+
+    fresh_redis.hset(keys.memory("old"), mapping={"title": "shop: discount", "service": "shop"})
+    found = recall(store, fresh_redis, vector, fingerprint="new", threshold=0.5, text=text)
+    assert found is not None and found.fingerprint == "old" and found.score == 1.0
+    assert Counting.queries == 1  # the exact one answered: the store was not asked again
