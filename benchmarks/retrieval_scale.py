@@ -289,7 +289,7 @@ def freshness(
             # Chroma keeps no texts: a chunk id of the file in Chroma whose text (the corpus's,
             # written just after the vector) holds the new name.
             ids = col.get(where={"path": rel}, include=[])["ids"]
-            if any(name in t for t in index.texts(REPO, ids)):
+            if any(name in t for t in index.corpus.texts(REPO, ids)):
                 vector_at = time.monotonic() - t0
         time.sleep(0.02)
     if bm25_at is None or vector_at is None:

@@ -103,8 +103,8 @@ def with_texts(repo: str, hits: list[ChunkHit], source: object) -> list[ChunkHit
     missing = [h.chunk_id for h in hits if not h.text]
     if not missing:
         return hits
-    texts = source.texts(repo, missing) if isinstance(source, ChunkTexts) else []
-    found = dict(zip(missing, texts, strict=False))
+    texts = source.texts(repo, missing) if isinstance(source, ChunkTexts) else [""] * len(missing)
+    found = dict(zip(missing, texts, strict=True))
     kept = [
         h if h.text else h.model_copy(update={"text": found[h.chunk_id]})
         for h in hits

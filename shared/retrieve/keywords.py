@@ -458,9 +458,6 @@ class BM25Index:
     def search(self, repo: str, text: str, n: int) -> list[ChunkHit]:
         return self.current(repo).search(repo, text, n)
 
-    def texts(self, repo: str, ids: Sequence[str]) -> list[str]:
-        return self.corpus.texts(repo, ids)
-
     def path_mapper(self, repo: str) -> PathMapper:
         return self.current(repo).path_mapper(repo)
 
