@@ -3,7 +3,8 @@
     python benchmarks/retrieval.py [CORPORA_DIR] [--json OUT] [--limit N] [--embedder NAME]
 
 The cases are the bench's (../shared/bench/cases-dev.jsonl) and the mined ones
-(benchmarks/cases/cases-mined.jsonl and cases-mined-2.jsonl); CORPORA_DIR defaults to
+(benchmarks/cases/cases-mined.jsonl, cases-mined-2.jsonl and the third batch,
+cases-mined-3-web.jsonl and cases-mined-3-data.jsonl); CORPORA_DIR defaults to
 ~/tracehound-corpora (built for each file by ../shared/bench/fetch_corpus.py). It prints
 every mode's table, then the leave-one-repo-out tables of the fusion and of the follow-up mode
 (``--no-cv``: only the first). ``--fresh FILE`` adds a batch of cases nobody has tuned on and
@@ -32,6 +33,9 @@ CASES = [
     HERE.parent.parent / "shared" / "bench" / "cases-dev.jsonl",
     HERE / "cases" / "cases-mined.jsonl",
     HERE / "cases" / "cases-mined-2.jsonl",
+    # joined after it was scored fresh (benchmarks/cases/README.md, *Third batch*, step 3)
+    HERE / "cases" / "cases-mined-3-web.jsonl",
+    HERE / "cases" / "cases-mined-3-data.jsonl",
 ]
 MODES = "vector,bm25,frames,symbols,hybrid,hybrid+frames,all,learned,all+followup"
 SIGNALS = ("vector", "bm25", "frames", "symbols")
@@ -44,7 +48,7 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpora", nargs="?", default=str(Path.home() / "tracehound-corpora"))
-    parser.add_argument("--cases", action="append", help="repeat for more (default: both sets)")
+    parser.add_argument("--cases", action="append", help="repeat for more (default: every set)")
     parser.add_argument("--json", default=str(HERE / "results" / "retrieval.json"))
     parser.add_argument("--limit", type=int)
     parser.add_argument(
@@ -116,7 +120,10 @@ def print_goals(results: Path) -> None:
         alone = {n: cv[f"{n} alone"] for n in SIGNALS if f"{n} alone" in cv}
         learned = cv.get("learned ranker, cross-validated: leave one repo out")
         if learned:
-            rows.append(("learned (the default), leave one repo out", learned, alone, True))
+            rows.append(("learned (pointwise), leave one repo out", learned, alone, True))
+        pairwise = cv.get("pairwise ranker, cross-validated: leave one repo out")
+        if pairwise:
+            rows.append(("learned (pairwise), leave one repo out", pairwise, alone, True))
         held = cv["cross-validated: leave one repo out"]
         rows.append(("all (the fusion), leave one repo out", held, alone, True))
     summary = got["summary"]
@@ -188,8 +195,10 @@ def print_fresh(results: Path, fresh: Path) -> None:
         table.add_row(rule, *mean([c["held_out"][rule] for c in rows]))
     if rows:
         table.add_row("default (chosen before the batch)", *mean([c["default"] for c in rows]))
-    if rows and all("learned_held_out" in c for c in rows):
-        table.add_row("learned ranker, held out", *mean([c["learned_held_out"] for c in rows]))
+    for name in ("learned", "pairwise"):
+        if rows and all(f"{name}_held_out" in c for c in rows):
+            held = [c[f"{name}_held_out"] for c in rows]
+            table.add_row(f"{name} ranker, held out", *mean(held))
     Console().print(table)
 
 

@@ -15,6 +15,10 @@ ranker*):
 - Decision: it may become the default only if, held out, it beats the cross-validated fusion on
   the mean of Recall@1/3/5/10 and MRR (crossval's ``RULE``) with Recall@5 not below it.
 
+Beside it, a second plan (*A pairwise ranker*): the same features fit on the order inside each
+case (``fit_pairwise``); it replaces the pointwise model as the one shipped only if, held out,
+its mean is above the pointwise model's with Recall@5 not below (``preferred``).
+
 scikit-learn is needed to train only (the ``eval`` extra); a trained model is a few numbers
 (``LinearModel``, shared/retrieve/ranker.py), which the worker scores without it.
 """
@@ -25,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from shared.devtools.crossval import Metrics, Retrieved1, _mean, _metrics
+from shared.devtools.eval import KS
 from shared.retrieve.features import FEATURES, FileFeatures, file_features
 from shared.retrieve.hybrid import Fusion, fuse
 from shared.retrieve.keywords import MAX_DEFINITIONS
@@ -87,6 +92,48 @@ def fit(rows: Sequence[CaseRows], c: float = C) -> LinearModel:
     )
 
 
+def fit_pairwise(rows: Sequence[CaseRows], c: float = C) -> LinearModel:
+    """A logistic regression on the order inside each case: for every fix file and every
+    other candidate of a case, their standardised difference (label 1) and its negation (0);
+    each case weighs the same. No intercept: only differences are scored."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    x = np.array([f.values for r in rows for f in r.files], dtype=float)
+    if not len(x):
+        raise ValueError("the training cases need fix files among their candidates and others")
+    scaler = StandardScaler().fit(x)
+    scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
+    mean = scaler.mean_
+    diffs: list[np.ndarray] = []
+    weights: list[np.ndarray] = []
+    for r in rows:
+        z = (np.array([f.values for f in r.files], dtype=float) - mean) / scale
+        labels = np.array(r.labels(), dtype=bool)
+        if not labels.any() or labels.all():
+            continue  # no fix file among the candidates, or nothing to order it against
+        pairs = (z[labels][:, None, :] - z[~labels][None, :, :]).reshape(-1, z.shape[1])
+        diffs.append(pairs)
+        weights.append(np.full(len(pairs), 1.0 / len(pairs)))
+    if not diffs:
+        raise ValueError("the training cases need fix files among their candidates and others")
+    d, w = np.vstack(diffs), np.concatenate(weights)
+    model = LogisticRegression(C=c, fit_intercept=False, max_iter=2000)
+    model.fit(
+        np.vstack([d, -d]),
+        np.concatenate([np.ones(len(d)), np.zeros(len(d))]),
+        sample_weight=np.concatenate([w, w]),
+    )
+    return LinearModel(
+        FEATURES,
+        tuple(float(m) for m in mean),
+        tuple(float(s) for s in scale),
+        tuple(float(v) for v in model.coef_[0]),
+        0.0,
+    )
+
+
 def ranked(model: LinearModel, row: CaseRows) -> list[str]:
     """The case's files as the model orders its candidates (ties keep the fusion's order)."""
     scored = sorted(range(len(row.files)), key=lambda i: (-model.score(row.files[i].values), i))
@@ -98,28 +145,46 @@ class RankerCv:
     held_out: list[Metrics]  # each case's, ranked by the model fit without its repository
     in_sample: list[Metrics]  # each case's, ranked by the model fit on every case
     model: LinearModel  # fit on every case
+    name: str = "learned ranker"
 
     def rows(self) -> list[tuple[str, Metrics]]:
         return [
-            ("learned ranker, in-sample", _mean(self.in_sample)),
-            ("learned ranker, cross-validated: leave one repo out", _mean(self.held_out)),
+            (f"{self.name}, in-sample", _mean(self.in_sample)),
+            (f"{self.name}, cross-validated: leave one repo out", _mean(self.held_out)),
         ]
 
 
-def leave_one_repo_out(rows: Sequence[CaseRows], c: float = C) -> RankerCv:
+Fit = Callable[[Sequence[CaseRows], float], LinearModel]
+
+
+def leave_one_repo_out(
+    rows: Sequence[CaseRows], c: float = C, *, pairwise: bool = False
+) -> RankerCv:
+    """Each repository's cases ranked by the model fit on the others' (``fit``, or with
+    ``pairwise`` ``fit_pairwise``), and the model fit on every case."""
+    fitter: Fit = fit_pairwise if pairwise else fit
     repos = sorted({r.repo for r in rows})
     held: dict[int, Metrics] = {}
     for repo in repos:
-        model = fit([r for r in rows if r.repo != repo], c)
+        model = fitter([r for r in rows if r.repo != repo], c)
         for j, r in enumerate(rows):
             if r.repo == repo:
                 held[j] = _metrics(ranked(model, r), r.gold)
-    every = fit(rows, c)
+    every = fitter(rows, c)
     return RankerCv(
         [held[j] for j in range(len(rows))],
         [_metrics(ranked(every, r), r.gold) for r in rows],
         every,
+        "pairwise ranker" if pairwise else "learned ranker",
     )
+
+
+def preferred(pointwise: RankerCv, pairwise: RankerCv) -> RankerCv:
+    """The model to ship by the pairwise plan's rule: the pairwise one only if, held out, its
+    mean of Recall@1/3/5/10 and MRR is above the pointwise one's and its Recall@5 not below."""
+    a, b = _mean(pointwise.held_out), _mean(pairwise.held_out)
+    r5 = KS.index(5)
+    return pairwise if sum(b) / len(b) > sum(a) / len(a) and b[r5] >= a[r5] else pointwise
 
 
 def explain(model: LinearModel | None, row: CaseRows, shown: int = 10) -> object:

@@ -312,6 +312,8 @@ def test_cli_cross_validation_reports_each_repository_and_writes_each_held_out_c
     assert "learned ranker, cross-validated: leave one repo out" in cv["rows"]
     metrics = {"recall@1", "recall@3", "recall@5", "recall@10", "mrr"}
     assert all(set(c["learned_held_out"]) == metrics for c in cv["cases"])
+    assert "pairwise ranker, cross-validated: leave one repo out" in cv["rows"]
+    assert all(set(c["pairwise_held_out"]) == metrics for c in cv["cases"])
     model = tmp_path / "model.json"
     saved = CliRunner().invoke(cli, [*args, "--save-ranker", str(model)])
     assert saved.exit_code == 0, saved.output

@@ -16,9 +16,25 @@ from rich.console import Console
 from shared.core.domain import ChunkHit, ErrorEvent
 from shared.devtools.crossval import Collector, Retrieved1
 from shared.devtools.eval import Case, MemoryIndex, SimulatorEmbedder, embed_chunks, run_eval
-from shared.devtools.ranker import case_rows, explain, fit, leave_one_repo_out, ranked
+from shared.devtools.ranker import (
+    CaseRows,
+    RankerCv,
+    case_rows,
+    explain,
+    fit,
+    fit_pairwise,
+    leave_one_repo_out,
+    preferred,
+    ranked,
+)
 from shared.index.chunking import chunk_file
-from shared.retrieve.features import ERROR_TEXT_MAX, FEATURES, error_text, file_features
+from shared.retrieve.features import (
+    ERROR_TEXT_MAX,
+    FEATURES,
+    FileFeatures,
+    error_text,
+    file_features,
+)
 from shared.retrieve.hybrid import Fusion, fuse, hybrid_retrieve
 from shared.retrieve.keywords import MAX_DEFINITIONS
 from shared.retrieve.priors import PathPrior
@@ -95,6 +111,62 @@ def test_a_fold_never_sees_its_own_repository(monkeypatch: pytest.MonkeyPatch) -
     assert seen[:4] == [{"beta", "delta", "gamma"}, {"alpha", "delta", "gamma"},
                         {"alpha", "beta", "gamma"}, {"alpha", "beta", "delta"}]  # fmt: skip
     assert seen[4] == {"alpha", "beta", "gamma", "delta"}  # the shipped model: every case
+
+
+def test_the_pairwise_model_learns_the_order_inside_each_case() -> None:
+    rows = case_rows(corpus_of_cases().cases, Fusion(), None, depth=50)
+
+    cv = leave_one_repo_out(rows, pairwise=True)
+
+    assert sum(m[0] for m in cv.held_out) / len(rows) == 1.0  # the fusion's R@1 is 0 here
+    assert cv.name == "pairwise ranker" and cv.model.intercept == 0.0
+    names = dict(zip(cv.model.features, cv.model.coef, strict=True))
+    assert names["name_in_text"] == max(names.values())
+    assert [label for label, _ in cv.rows()] == [
+        "pairwise ranker, in-sample",
+        "pairwise ranker, cross-validated: leave one repo out",
+    ]
+
+
+def synthetic(case_id: str, fix: dict[str, float], others: list[dict[str, float]]) -> CaseRows:
+    def row(path: str, named: dict[str, float]) -> FileFeatures:
+        return FileFeatures(path, tuple(named.get(f, 0.0) for f in FEATURES))
+
+    files = [row("fix.py", fix), *(row(f"other{i}.py", o) for i, o in enumerate(others))]
+    return CaseRows("r", case_id, ("fix.py",), files, [])
+
+
+def test_each_case_weighs_the_same_in_the_pairwise_fit() -> None:
+    """One case with 29 other candidates says a high ``agree`` is against the fix; two cases
+    with one other each say it is for it. Counted by pairs the one case would win (29 to 2);
+    each case weighing the same, the two do."""
+    crowded = synthetic("crowded", {}, [{"agree": 1.0}] * 29)
+    pairs = [synthetic(f"small{i}", {"agree": 1.0}, [{}]) for i in range(2)]
+
+    model = fit_pairwise([crowded, *pairs])
+
+    assert dict(zip(model.features, model.coef, strict=True))["agree"] > 0
+    assert ranked(model, pairs[0])[0] == "fix.py"
+
+
+def test_a_case_with_no_fix_among_its_candidates_gives_no_pairs() -> None:
+    lost = CaseRows("r", "lost", ("gone.py",), synthetic("x", {}, [{"agree": 1.0}]).files, [])
+    with pytest.raises(ValueError, match="fix files among their candidates"):
+        fit_pairwise([lost])
+
+
+def cv_of(*held_out: tuple[float, ...]) -> RankerCv:
+    return RankerCv(list(held_out), list(held_out), one_feature_model("agree", 1.0))
+
+
+def test_the_pairwise_model_ships_only_when_the_plan_says_so() -> None:
+    pointwise = cv_of((0.5, 0.8, 0.9, 1.0, 0.7))
+    better = dataclasses.replace(cv_of((0.6, 0.8, 0.9, 1.0, 0.75)), name="pairwise ranker")
+    worse_r5 = dataclasses.replace(cv_of((0.9, 0.9, 0.8, 1.0, 0.9)), name="pairwise ranker")
+    tied = dataclasses.replace(pointwise, name="pairwise ranker")
+    assert preferred(pointwise, better) is better
+    assert preferred(pointwise, worse_r5) is pointwise  # a higher mean, a lower Recall@5
+    assert preferred(pointwise, tied) is pointwise  # above, not equal
 
 
 def test_a_model_is_a_few_numbers_that_load_back(tmp_path: Path) -> None:
