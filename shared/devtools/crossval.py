@@ -19,6 +19,7 @@ as above, then the lookups' weight chosen on the other repositories' cases under
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -46,6 +47,14 @@ DEPTH_BOUND = frozenset({"vector", "bm25"})  # the rankings candidate depth cuts
 SINGLE_SIGNALS = ("vector", "bm25", "frames", "symbols")
 # The lookups' weight against one retriever in the follow-up mode (0: they only count as seen).
 LOOKUP_WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0)
+
+
+def repo_of(corpus: str) -> str:
+    """The project a corpus is a release of, as one fold holds it: ``Babel-2.6.0`` and
+    ``babel-2.16.0`` are one (PyPI compares names normalised, PEP 503), and a git corpus
+    (``owner__name@commit``) is its repository."""
+    name = corpus.split("@", 1)[0] if "@" in corpus else corpus.rsplit("-", 1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True)
@@ -124,7 +133,7 @@ class Collector:
         follow: Follow | None = None,
         error_text: str = "",
     ) -> None:
-        repo = case.corpus.rsplit("-", 1)[0]  # <pypi_name>-<version>
+        repo = repo_of(case.corpus)
         kept = follow if self.followup else None  # it holds the corpus's index in memory
         self.cases.append(
             Retrieved1(case, repo, list(rankings), dict(symbols_by_cap or {}), kept, error_text)

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from shared.core.domain import ChunkHit
-from shared.devtools.crossval import Collector, fast_rank, leave_one_repo_out
+from shared.devtools.crossval import Collector, fast_rank, leave_one_repo_out, repo_of
 from shared.devtools.eval import Case
 from shared.retrieve.hybrid import Fusion, fuse
 from shared.retrieve.priors import PathPrior
@@ -48,6 +48,20 @@ def test_a_repository_whose_cases_want_other_constants_scores_lower_held_out() -
     assert rows["cross-validated: leave one repo out"][r1] < 0.75
     assert "bm25 2" in report.chosen["beta"].label()  # chosen on alpha: BM25 counts double
     assert rows["bm25 alone"][r1] == 0.75 and rows["vector alone"][r1] == 0.25
+
+
+def test_releases_of_one_project_share_a_fold_however_the_index_spells_it() -> None:
+    """PyPI names compare case- and separator-insensitively: Babel 2.6.0 and babel 2.16.0 are
+    one project, so neither release may train the fold that holds the other out."""
+    collect = alpha_and_beta()
+    for n, corpus in enumerate(("Babel-2.6.0", "babel-2.16.0", "zope.Interface-5.0")):
+        collect(
+            Case(id=f"c{n}", corpus=corpus, query="", gold=("fix.py",)),
+            [("vector", hits("fix.py")), ("bm25", hits("x.py"))],
+        )
+    report = leave_one_repo_out(collect.cases, Fusion(), [], 1.0)
+    assert report.repos == {"alpha": 3, "beta": 1, "babel": 2, "zope-interface": 1}
+    assert repo_of("org__name@0123456789ab") == "org-name"
 
 
 def test_a_shallower_depth_is_the_rankings_cut_short_and_a_cap_swaps_the_symbols() -> None:
