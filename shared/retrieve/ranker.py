@@ -3,8 +3,9 @@
 
 The model is a few numbers (``LinearModel``): standardise, dot product. The one the package
 ships, ``ranker.json`` beside this module, was fit on every dev case with all-MiniLM-L6-v2
-(``tracehound eval … --cv repo --save-ranker``, shared/devtools/ranker.py); the plan that chose
-it was fixed before it was scored (benchmarks/cases/README.md, *Learned ranker*). The weighted
+on the order inside each case (``tracehound eval … --cv repo --save-ranker``,
+shared/devtools/ranker.py ``fit_pairwise``); the plans that chose it were fixed before they
+were scored (benchmarks/cases/README.md, *Learned ranker* and *A pairwise ranker*). The weighted
 rank fusion (shared/retrieve/hybrid.py ``fuse``) makes the candidates, orders every file past
 the first ``TOP``, and is the whole order with ``TRACEHOUND_RANKER=fusion`` or when a model
 cannot score.
