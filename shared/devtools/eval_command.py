@@ -48,7 +48,7 @@ from shared.devtools.eval import (
 from shared.devtools.feedback_eval import run_feedback_eval
 from shared.devtools.ranker import CaseRows, RankerCv, case_rows, preferred
 from shared.devtools.ranker import explain as ranker_explain
-from shared.devtools.ranker import fit as ranker_fit
+from shared.devtools.ranker import fit_pairwise as ranker_fit
 from shared.devtools.ranker import leave_one_repo_out as ranker_cv
 from shared.index.corpus import RedisCorpus
 from shared.index.vectors import open_vector_store
@@ -205,7 +205,8 @@ def _print_explain(
     settings: Settings, collector: Collector, case_id: str, *, out: Console, err: Console
 ) -> None:
     """The case's first candidates with their features; with scikit-learn (the eval extra),
-    scored by the ranker fit on the other repositories' cases (as its fold would)."""
+    scored by the kind of model the package ships (pairwise) fit on the other repositories'
+    cases, as its fold would."""
     rows = _ranker_rows(settings, collector)
     [row] = [r for r in rows if r.case_id == case_id]
     model = None
@@ -216,6 +217,11 @@ def _print_explain(
         err.print("no scikit-learn (the eval extra): features only, no learned scores")
     except ValueError as exc:
         err.print(f"no learned scores: {exc}", highlight=False, markup=False)
+    if model is not None:
+        out.print(
+            f"scored by the pairwise ranker fit without {row.repo} ({len(others)} cases)",
+            highlight=False,
+        )
     out.print(ranker_explain(model, row))
 
 

@@ -321,6 +321,10 @@ def test_cli_cross_validation_reports_each_repository_and_writes_each_held_out_c
     no_cv = [a for a in args if a not in ("--cv", "repo")] + ["--save-ranker", str(model)]
     refused = CliRunner().invoke(cli, no_cv)
     assert refused.exit_code == 2 and "--save-ranker needs --cv repo" in refused.output
+    # --explain scores a case with the kind of model shipped, fit without its repository
+    explained = CliRunner().invoke(cli, [*args, "--explain", "s-t-1"])
+    assert explained.exit_code == 0, explained.output
+    assert "scored by the pairwise ranker fit without store (2 cases)" in explained.output
 
 
 def test_the_follow_up_cross_validation_reproduces_the_follow_up_mode(
