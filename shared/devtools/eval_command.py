@@ -305,26 +305,29 @@ def _print_cv(
     rows = list(crossed.rows)
     learned: list[RankerCv] = []
     rc = 0
-    try:
-        ranker_rows = _ranker_rows(settings, collector)
-        learned = [ranker_cv(ranker_rows), ranker_cv(ranker_rows, pairwise=True)]
-    except (ImportError, ValueError) as exc:
-        why = "needs scikit-learn (the eval extra)" if isinstance(exc, ImportError) else exc
-        err.print(f"the learned ranker is not scored: {why}", highlight=False, markup=False)
-        rc = 2 if opts.save_ranker else 0  # asked for a model, and none was written
-    else:
-        for one in learned:
-            rows += one.rows()
-        if opts.save_ranker:
-            shipped = preferred(*learned)
-            opts.save_ranker.parent.mkdir(parents=True, exist_ok=True)
-            opts.save_ranker.write_text(shipped.model.to_json(), "utf-8")
-            err.print(
-                f"wrote the {shipped.name} fit on every case to {opts.save_ranker} (held out, "
-                "the pairwise model is kept only if its mean of Recall@1/3/5/10 and MRR is "
-                "above the pointwise one's with Recall@5 not below)",
-                highlight=False,
-            )
+    ranker_rows = _ranker_rows(settings, collector)
+    for pairwise in (False, True):
+        try:
+            learned.append(ranker_cv(ranker_rows, pairwise=pairwise))
+        except (ImportError, ValueError) as exc:
+            why = "needs scikit-learn (the eval extra)" if isinstance(exc, ImportError) else exc
+            which = "pairwise" if pairwise else "learned"
+            err.print(f"the {which} ranker is not scored: {why}", highlight=False, markup=False)
+    for one in learned:
+        rows += one.rows()
+    if opts.save_ranker and not learned:
+        rc = 2  # asked for a model, and none was written
+    elif opts.save_ranker:
+        # the plan's rule when both were scored, else the one that was
+        shipped = preferred(*learned) if len(learned) == 2 else learned[0]
+        opts.save_ranker.parent.mkdir(parents=True, exist_ok=True)
+        opts.save_ranker.write_text(shipped.model.to_json(), "utf-8")
+        err.print(
+            f"wrote the {shipped.name} fit on every case to {opts.save_ranker} (held out, "
+            "the pairwise model is kept only if its mean of Recall@1/3/5/10 and MRR is "
+            "above the pointwise one's with Recall@5 not below)",
+            highlight=False,
+        )
     out.print(render_cv(crossed, rows))
     out.print(f"chosen on every case: {crossed.in_sample.label()}", highlight=False)
     out.print(render_repos(crossed))

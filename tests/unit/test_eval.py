@@ -276,7 +276,7 @@ def test_cli_eval_reads_several_case_files_and_refuses_an_id_in_two(
 
 
 def test_cli_cross_validation_reports_each_repository_and_writes_each_held_out_case(
-    tmp_path: Path, corpora: Path
+    tmp_path: Path, corpora: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two repositories; the default setting of the cross-validation is what mode ``all``
     ranked, and every case's held-out score under each rule lands in the JSON."""
@@ -321,6 +321,23 @@ def test_cli_cross_validation_reports_each_repository_and_writes_each_held_out_c
     no_cv = [a for a in args if a not in ("--cv", "repo")] + ["--save-ranker", str(model)]
     refused = CliRunner().invoke(cli, no_cv)
     assert refused.exit_code == 2 and "--save-ranker needs --cv repo" in refused.output
+    # a pairwise model that cannot be fit leaves the pointwise one scored, and written
+    from shared.devtools import eval_command, ranker
+
+    def no_pairs(rows, c=1.0, *, pairwise=False):  # type: ignore[no-untyped-def]
+        if pairwise:
+            raise ValueError("no case has a fix file and another candidate")
+        return ranker.leave_one_repo_out(rows, c)
+
+    with monkeypatch.context() as m:
+        m.setattr(eval_command, "ranker_cv", no_pairs)
+        alone = CliRunner().invoke(cli, [*args, "--save-ranker", str(model)])
+    assert alone.exit_code == 0, alone.output
+    assert "the pairwise ranker is not scored: no case has" in alone.output
+    assert "wrote the learned ranker fit on every case" in alone.output
+    cv = json.loads(out.read_text())["cv"]
+    assert "learned ranker, cross-validated: leave one repo out" in cv["rows"]
+    assert not any(k.startswith("pairwise") for k in cv["rows"])
     # --explain scores a case with the kind of model shipped, fit without its repository
     explained = CliRunner().invoke(cli, [*args, "--explain", "s-t-1"])
     assert explained.exit_code == 0, explained.output
