@@ -11,6 +11,7 @@ import gc
 import random
 import shutil
 import string
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,6 +78,19 @@ INCIDENTS_ON = {
 # An incident's first group starts at once instead of after the settle (as before incidents
 # settled): for rigs that check what intake started, not which group an incident starts.
 SETTLE_OFF = {"TRACEHOUND_INCIDENT_SETTLE": "0"}
+
+
+@pytest.fixture(scope="module")
+def server_dir() -> Iterator[Path]:
+    """A directory outside pytest's basetemp root for a server that runs as another user (the
+    bundled PostgreSQL, started as root, runs as its own user). Another pytest session on the
+    machine resets that root to 0700 when it starts; a server under it then loses its data
+    directory and stops at its next checkpoint (PANIC: could not open pg_control)."""
+    path = Path(tempfile.mkdtemp(prefix="tracehound-test-servers-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

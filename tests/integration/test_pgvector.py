@@ -8,6 +8,7 @@ deleting, PostgreSQL killed mid-index, and an error through every stage to Slack
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import random
@@ -15,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -63,8 +65,8 @@ TRACE = (DATA / "sample-error.txt").read_text()
 
 
 @pytest.fixture(scope="module")
-def pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    proc, url = start_postgres(tmp_path_factory.mktemp("pg"))
+def pg(server_dir: Path) -> Iterator[str]:
+    proc, url = start_postgres(server_dir / "pg")
     try:
         yield url
     finally:
@@ -80,6 +82,24 @@ def database(pg: str) -> Iterator[str]:
     yield pg.rsplit("/", 1)[0] + f"/{name}"
     with psycopg.connect(pg, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def test_another_pytest_session_starting_leaves_the_server_running(pg: str) -> None:
+    """A pytest session resets its basetemp root to 0700 when it starts (a developer's run
+    beside CI, a second xdist session). The server runs as its own user, so its data lives
+    outside that root (``server_dir``); under it, the next checkpoint would PANIC."""
+    root = Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"
+    mode = root.stat().st_mode & 0o777
+    root.chmod(0o700)
+    try:
+        with psycopg.connect(pg, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE t_reset")
+            conn.execute("DROP DATABASE t_reset WITH (FORCE)")  # a checkpoint: pg_control
+            conn.execute("CHECKPOINT")
+        with psycopg.connect(pg, autocommit=True) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        root.chmod(mode)
 
 
 def chunk(i: int, path: str = "app/x.py", repo: str = "r") -> Chunk:
@@ -208,8 +228,9 @@ def test_a_batch_fails_whole(database: str) -> None:
     index.close()
 
 
-def test_postgres_down_is_transient_and_the_index_reconnects(tmp_path: Path) -> None:
-    proc, url = start_postgres(tmp_path)
+def test_postgres_down_is_transient_and_the_index_reconnects(server_dir: Path) -> None:
+    workdir = server_dir / "down"
+    proc, url = start_postgres(workdir)
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     index = PgVectorIndex(url=url, timeout=3)
     try:
@@ -217,7 +238,7 @@ def test_postgres_down_is_transient_and_the_index_reconnects(tmp_path: Path) -> 
         _kill(proc)
         with pytest.raises(TransientError, match="pgvector"):
             index.query("r", unit_vectors(1, 8, seed=1)[0], 3)
-        proc, _ = start_postgres(tmp_path, port)
+        proc, _ = start_postgres(workdir, port)
         assert [h.chunk_id for h in index.query("r", unit_vectors(1, 8, seed=1)[0], 3)] == ["r-1"]
     finally:
         index.close()
@@ -235,7 +256,7 @@ def _kill(proc: Proc) -> None:
 
 @pytest.fixture(scope="module")
 def pg_stack(
-    tmp_path_factory: pytest.TempPathFactory,
+    server_dir: Path,
     ollama_sim: OllamaSimulator,
     rerank_sim: OllamaSimulator,
     slack_sim: SlackSimulator,
@@ -252,7 +273,8 @@ def pg_stack(
         "TRACEHOUND_BULK_EMBED_CHUNKS": "8",  # many small drains: a kill lands mid-index
         "TRACEHOUND_INCIDENT_WINDOW": "0",
     }
-    s = LocalStack(tmp_path_factory.mktemp("pgstack"), env)
+    (server_dir / "pgstack").mkdir()
+    s = LocalStack(server_dir / "pgstack", env)
     try:
         s.start_services()
         s.start_workers()

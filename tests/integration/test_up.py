@@ -344,10 +344,11 @@ def test_a_crash_looping_child_is_restarted_with_capped_backoff(tmp_path: Path) 
 
 @pytest.mark.timeout(600)
 def test_up_with_pgvector_runs_a_bundled_postgres_that_status_readyz_and_an_analysis_use(
-    home: Path,
+    server_dir: Path,
 ) -> None:
     """``up --vector-store pgvector`` with no TRACEHOUND_PG_URL: a PostgreSQL with pgvector of
     its own under the data dir, in place of Chroma; every command finds it through the stack."""
+    home = server_dir  # the server runs as its own user: not under pytest's basetemp root
     data_dir = home / ".tracehound"
     port = stable_port()
     pids: list[int] = []
