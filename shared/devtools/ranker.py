@@ -28,14 +28,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from shared.devtools.crossval import Metrics, Retrieved1, _mean, _metrics
-from shared.devtools.eval import KS
+import numpy as np
+
+from shared.devtools.crossval import _R5, RULES, Metrics, Retrieved1, _mean, _metrics
 from shared.retrieve.features import FEATURES, FileFeatures, file_features
 from shared.retrieve.hybrid import Fusion, fuse
 from shared.retrieve.keywords import MAX_DEFINITIONS
 from shared.retrieve.ranker import TOP, LinearModel
 
 C = 1.0
+NO_PAIRS = "the training cases need fix files among their candidates and others"
 
 
 @dataclass(frozen=True)
@@ -69,69 +71,64 @@ def case_rows(
     return out
 
 
+def _scaling(rows: Sequence[CaseRows]) -> tuple[np.ndarray, np.ndarray]:
+    """Each feature's mean and scale over every candidate of ``rows`` (1 for a constant one):
+    what both fits standardise with, and what the model keeps."""
+    from sklearn.preprocessing import StandardScaler
+
+    scaler = StandardScaler().fit(np.array([f.values for r in rows for f in r.files], float))
+    return scaler.mean_, np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
+
+
+def _model(mean: np.ndarray, scale: np.ndarray, coef: np.ndarray, intercept: float) -> LinearModel:
+    return LinearModel(
+        FEATURES,
+        tuple(float(m) for m in mean),
+        tuple(float(s) for s in scale),
+        tuple(float(w) for w in coef),
+        float(intercept),
+    )
+
+
 def fit(rows: Sequence[CaseRows], c: float = C) -> LinearModel:
     """A logistic regression on every candidate of ``rows`` (the fix's files positive)."""
     from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
 
-    x = [f.values for r in rows for f in r.files]
     y = [label for r in rows for label in r.labels()]
     if len(set(y)) < 2:
-        raise ValueError("the training cases need fix files among their candidates and others")
-    scaler = StandardScaler().fit(x)
-    scale = [float(s) if s > 0 else 1.0 for s in scaler.scale_]
-    mean = [float(m) for m in scaler.mean_]
-    model = LogisticRegression(C=c, class_weight="balanced", max_iter=2000)
-    model.fit([[(v - m) / s for v, m, s in zip(row, mean, scale, strict=True)] for row in x], y)
-    return LinearModel(
-        FEATURES,
-        tuple(mean),
-        tuple(float(s) for s in scale),
-        tuple(float(w) for w in model.coef_[0]),
-        float(model.intercept_[0]),
-    )
+        raise ValueError(NO_PAIRS)
+    mean, scale = _scaling(rows)
+    x = (np.array([f.values for r in rows for f in r.files], float) - mean) / scale
+    model = LogisticRegression(C=c, class_weight="balanced", max_iter=2000).fit(x, y)
+    return _model(mean, scale, model.coef_[0], model.intercept_[0])
 
 
 def fit_pairwise(rows: Sequence[CaseRows], c: float = C) -> LinearModel:
     """A logistic regression on the order inside each case: for every fix file and every
     other candidate of a case, their standardised difference (label 1) and its negation (0);
     each case weighs the same. No intercept: only differences are scored."""
-    import numpy as np
     from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
 
-    x = np.array([f.values for r in rows for f in r.files], dtype=float)
-    if not len(x):
-        raise ValueError("the training cases need fix files among their candidates and others")
-    scaler = StandardScaler().fit(x)
-    scale = np.where(scaler.scale_ > 0, scaler.scale_, 1.0)
-    mean = scaler.mean_
+    # a case with no fix file among its candidates, or nothing to order one against, gives none
+    ordered = [r for r in rows if 0 < sum(r.labels()) < len(r.files)]
+    if not ordered:
+        raise ValueError(NO_PAIRS)
+    mean, scale = _scaling(rows)
     diffs: list[np.ndarray] = []
     weights: list[np.ndarray] = []
-    for r in rows:
-        z = (np.array([f.values for f in r.files], dtype=float) - mean) / scale
-        labels = np.array(r.labels(), dtype=bool)
-        if not labels.any() or labels.all():
-            continue  # no fix file among the candidates, or nothing to order it against
-        pairs = (z[labels][:, None, :] - z[~labels][None, :, :]).reshape(-1, z.shape[1])
+    for r in ordered:
+        z = (np.array([f.values for f in r.files], float) - mean) / scale
+        fix = np.array(r.labels(), dtype=bool)
+        pairs = (z[fix][:, None, :] - z[~fix][None, :, :]).reshape(-1, z.shape[1])
         diffs.append(pairs)
         weights.append(np.full(len(pairs), 1.0 / len(pairs)))
-    if not diffs:
-        raise ValueError("the training cases need fix files among their candidates and others")
     d, w = np.vstack(diffs), np.concatenate(weights)
-    model = LogisticRegression(C=c, fit_intercept=False, max_iter=2000)
-    model.fit(
+    model = LogisticRegression(C=c, fit_intercept=False, max_iter=2000).fit(
         np.vstack([d, -d]),
         np.concatenate([np.ones(len(d)), np.zeros(len(d))]),
         sample_weight=np.concatenate([w, w]),
     )
-    return LinearModel(
-        FEATURES,
-        tuple(float(m) for m in mean),
-        tuple(float(s) for s in scale),
-        tuple(float(v) for v in model.coef_[0]),
-        0.0,
-    )
+    return _model(mean, scale, model.coef_[0], 0.0)
 
 
 def ranked(model: LinearModel, row: CaseRows) -> list[str]:
@@ -183,8 +180,8 @@ def preferred(pointwise: RankerCv, pairwise: RankerCv) -> RankerCv:
     """The model to ship by the pairwise plan's rule: the pairwise one only if, held out, its
     mean of Recall@1/3/5/10 and MRR is above the pointwise one's and its Recall@5 not below."""
     a, b = _mean(pointwise.held_out), _mean(pairwise.held_out)
-    r5 = KS.index(5)
-    return pairwise if sum(b) / len(b) > sum(a) / len(a) and b[r5] >= a[r5] else pointwise
+    mean = RULES["mean"]
+    return pairwise if mean(b) > mean(a) and b[_R5] >= a[_R5] else pointwise
 
 
 def explain(model: LinearModel | None, row: CaseRows, shown: int = 10) -> object:
