@@ -11,6 +11,7 @@ import gc
 import random
 import shutil
 import string
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -243,6 +244,12 @@ def _clean_simulators(request: pytest.FixtureRequest) -> Iterator[None]:
         if name in request.fixturenames:
             sim = request.getfixturevalue(name)
             sim.reset_faults()
+
+
+def pool_children(pid: int) -> list[int]:
+    """The pool children of the worker whose main process is ``pid``."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
 
 
 def own_cause(trace: str) -> str:

@@ -22,6 +22,8 @@ batch once. Bodies are bounded in bytes, records, nesting and read time.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -55,6 +57,7 @@ from shared.groups.submit import Intake
 from shared.intake.batch import (
     BodyError,
     QueuedBatch,
+    batches_message,
     decode_records,
     parse_batch,
     queue_body,
@@ -156,17 +159,14 @@ class EventsRoute:
 
 @dataclass(frozen=True)
 class Outgoing:
-    """A checked batch to queue: its ``intake_batch`` message for ``queue`` and its body, kept
-    under its own key (shared/intake/batch.py ``queue_body``)."""
+    """A checked batch to queue: what its ``intake_batch`` message says of it, and its body,
+    kept under its own key (shared/intake/batch.py ``queue_body``)."""
 
-    queue: str
-    message: bytes
-    body_id: str
+    queued: QueuedBatch
     raw: bytes
 
 
 def queue_batch(
-    intake: Intake,
     raw: bytes,
     digest: str,
     *,
@@ -194,16 +194,14 @@ def queue_batch(
         return body, 202, None
     if len(rejected) == len(records):
         return {**body, "error": rejected[0]["error"]}, 400, None
-    body_id = uuid.uuid4().hex
     queued = QueuedBatch(
-        body_id=body_id,
+        body_id=uuid.uuid4().hex,
         digest=digest,
         service=service,
         default_service=default_service,
         max_records=max_records,
     )
-    queue, message = intake_batch_message(intake.app, queued.model_dump(exclude_none=True))
-    return body, 202, Outgoing(queue, message, body_id, raw)
+    return body, 202, Outgoing(queued, raw)
 
 
 class Spool:
@@ -211,15 +209,24 @@ class Spool:
     and the message's LPUSH in one MULTI through redis.asyncio (its client made in the
     server's event loop, on first use).
 
-    Backpressure: every LPUSH answers the queue's length, so the spool knows the backlog at
-    no extra cost. Past ``ingest_max_backlog`` batches it answers 503 with Retry-After (what
-    Vector, Fluent Bit and the SDKs retry) instead of queuing more, and asks Redis for the
-    length again at most every ``RECHECK_S`` until the intake worker has caught up.
+    A group commit: the batches checked while a MULTI is on its way to Redis go together in
+    the next one, as one message of up to ``MAX_GROUP`` batches, and each is answered once
+    that MULTI is done (never sooner: a 202 still means in Redis). While messages wait for the
+    workers, a batch also waits up to ``ingest_linger`` for others to join it; with none
+    waiting it is queued at once. The intake worker's consumer then fetches, restores and
+    acks one message for several requests (shared/intake/batch.py ``QueuedBatches`` says why
+    that was most of its cost; docs/benchmarks.md has the rates before and after).
+
+    Backpressure: every LPUSH answers the queue's length (in messages), so the spool knows the
+    backlog at no extra cost. Past ``ingest_max_backlog`` messages it answers 503 with
+    Retry-After (what Vector, Fluent Bit and the SDKs retry) instead of queuing more, and asks
+    Redis for the length again at most every ``RECHECK_S`` until the intake worker has caught
+    up.
 
     A bound in batches holds the lag only on a machine as fast as the one it was chosen on (500
     batches were 2.5 s of the intake worker's work on one, 3.7 s on a slower one), so the lag
     is bounded too. While batches wait, the spool reads at most every ``LAG_RECHECK_S`` the
-    queue's length and how many batches the workers have taken (keys.INTAKE_TAKEN). The wait
+    queue's length and how many messages the workers have taken (keys.INTAKE_TAKEN). The wait
     of a batch accepted now is the length over the workers' pace in the last seconds, read
     only while they were busy all along (see ``_wait``), or, when they took nothing, how long
     they have not; past ``ingest_max_lag`` seconds it answers 503 with Retry-After until the
@@ -231,6 +238,7 @@ class Spool:
 
     RECHECK_S = 0.5
     LAG_RECHECK_S = 0.1
+    MAX_GROUP = 16  # batches in one message: a redelivery redoes at most these
     PACE_S = 2.0  # the workers' pace is read over the last two seconds …
     PACE_MIN_S = 0.5  # … once half a second of it has been seen
     # A busy pace read stands in this long while none can be read. In a storm a window busy
@@ -255,17 +263,21 @@ class Spool:
         self.backlog = 0  # the queue's length as Redis last said it
         self.backlog_at = 0.0
         self.max_lag = intake.settings.ingest_max_lag
+        self.linger = intake.settings.ingest_linger
         self.lag = 0.0  # seconds a batch accepted now would wait, as last worked out
         self.lag_at = 0.0
         # (when, batches taken by then, the queue's length then)
         self.taken: deque[tuple[float, int, int]] = deque()
         self.pace = 0.0  # batches a second, the last read while the workers were busy
         self.pace_at = 0.0
+        # Checked batches waiting for the next MULTI, each with its request's answer to come.
+        self.waiting: list[tuple[Outgoing, asyncio.Future[int]]] = []
+        self.committer: asyncio.Task[None] | None = None
+        self.group_full: asyncio.Event | None = None  # made in the server's loop, as the client
 
     async def __call__(self, raw: bytes, digest: str, service: str | None) -> JSONReply:
         def check() -> tuple[dict[str, Any], int, Outgoing | None]:
             return queue_batch(
-                self.intake,
                 raw,
                 digest,
                 service=service,
@@ -297,16 +309,65 @@ class Spool:
         reply, status, message = await run_in_threadpool(check) if len(raw) > 1 << 20 else check()
         if message is not None:
             try:
-                # The body and its message in one MULTI: both in Redis, or neither.
-                pipe = self.client.pipeline(transaction=True)
-                queue_body(pipe, message.body_id, message.raw)
-                pipe.lpush(message.queue, message.message)
-                _, self.backlog = await pipe.execute()
-                self.backlog_at = time.monotonic()
+                await self._queue(message)
             except (redis.RedisError, OSError) as exc:
                 self.refused(REDIS)
                 return unavailable(exc)
         return JSONReply(reply, status_code=status)
+
+    async def _queue(self, message: Outgoing) -> None:
+        """Once ``message`` is in Redis, with the others of its group."""
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.waiting.append((message, done))
+        if self.group_full is None:
+            self.group_full = asyncio.Event()
+        if len(self.waiting) >= self.MAX_GROUP:
+            self.group_full.set()
+        if self.committer is None or self.committer.done():
+            self.committer = asyncio.create_task(self._commit_waiting())
+        await done
+
+    async def _commit_waiting(self) -> None:
+        """Every waiting batch queued, ``MAX_GROUP`` a message; each request told the outcome
+        of its own MULTI."""
+        while self.waiting:
+            if self.linger > 0 and self.backlog > 1 and len(self.waiting) < self.MAX_GROUP:
+                # Messages wait for the workers besides the last one queued: a message queued
+                # now waits for them anyway, so it waits here a little for others to share it
+                # (Kafka's linger.ms). With none waiting, a batch is queued at once.
+                assert self.group_full is not None
+                self.group_full.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.group_full.wait(), self.linger)
+            group = self.waiting[: self.MAX_GROUP]
+            del self.waiting[: self.MAX_GROUP]
+            try:
+                backlog = await self._commit([m for m, _ in group])
+            except BaseException as exc:  # a cancelled server too: no request waits forever
+                for _, done in group:
+                    if not done.done():
+                        done.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    raise
+            else:
+                for _, done in group:
+                    if not done.done():
+                        done.set_result(backlog)
+
+    async def _commit(self, group: list[Outgoing]) -> int:
+        """The group's bodies and their one message in one MULTI: all in Redis, or none."""
+        assert self.client is not None
+        queue, message = intake_batch_message(
+            self.intake.app, batches_message([m.queued for m in group])
+        )
+        pipe = self.client.pipeline(transaction=True)
+        for m in group:
+            assert m.queued.body_id is not None
+            queue_body(pipe, m.queued.body_id, m.raw)
+        pipe.lpush(queue, message)
+        *_, self.backlog = await pipe.execute()
+        self.backlog_at = time.monotonic()
+        return int(self.backlog)
 
     async def _lagging(self) -> bool:
         """Whether a batch accepted now would wait past ``ingest_max_lag`` (worked out again

@@ -236,6 +236,47 @@ def queue_body(pipe: Any, batch_id: str, raw: bytes) -> None:
     pipe.set(keys.queued_body(batch_id), raw, ex=BODY_TTL_S)
 
 
+class QueuedBatches(BaseModel):
+    """Several requests' batches in one ``intake_batch`` message: what ingest queued in one
+    MULTI while the one before it was on its way to Redis (producers/ingest/events.py,
+    ``Spool``). The worker's consumer pays a fetch, a restore entry and an ack per message,
+    three Redis round trips on its one event loop, whatever the message holds; one message per
+    request of 100 events capped a worker near 200 messages a second."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    batches: list[QueuedBatch]
+
+
+def queued_batches(payload: dict[str, Any]) -> list[QueuedBatch]:
+    """The batches of an ``intake_batch`` message: several, or one (a message of one request,
+    or from an ingest that queued each request alone)."""
+    if "batches" in payload:
+        return QueuedBatches.model_validate(payload).batches
+    return [QueuedBatch.model_validate(payload)]
+
+
+def batches_message(batches: list[QueuedBatch]) -> dict[str, Any]:
+    """The ``intake_batch`` payload of ``batches``: one alone as every worker reads it."""
+    if len(batches) == 1:
+        return batches[0].model_dump(exclude_none=True)
+    return QueuedBatches(batches=batches).model_dump(exclude_none=True)
+
+
+def take_batches(
+    batches: list[QueuedBatch], intake: Intake, *, max_trace_bytes: int
+) -> dict[str, int]:
+    """A message's batches, each taken as ``take_batch`` takes it, in the order queued; the
+    counts summed. The workers' pace (keys.INTAKE_TAKEN, what ingest's lag bound reads
+    beside the queue's length) counts messages, as the length does."""
+    counts: dict[str, int] = dict(NOTHING)
+    for i, queued in enumerate(batches):
+        taken = _take(queued, intake, max_trace_bytes=max_trace_bytes, last=i == len(batches) - 1)
+        for name, n in taken.items():
+            counts[name] = counts.get(name, 0) + n
+    return counts
+
+
 def take_batch(queued: QueuedBatch, intake: Intake, *, max_trace_bytes: int) -> dict[str, int]:
     """A queued batch through the event model and intake, as ``?wait=true`` takes it at once.
     Redis errors propagate (the task retries); refused records are logged with the reason.
@@ -243,6 +284,12 @@ def take_batch(queued: QueuedBatch, intake: Intake, *, max_trace_bytes: int) -> 
     The body's key is deleted once the batch is counted (and the batch remembered as taken):
     a worker killed before that takes it again, counting each event once (its id is the
     batch's digest and the record's place); one killed after finds it taken."""
+    return take_batches([queued], intake, max_trace_bytes=max_trace_bytes)
+
+
+def _take(
+    queued: QueuedBatch, intake: Intake, *, max_trace_bytes: int, last: bool
+) -> dict[str, int]:
     r = intake.groups.r
     raw: bytes | None
     if queued.body is not None:
@@ -250,6 +297,7 @@ def take_batch(queued: QueuedBatch, intake: Intake, *, max_trace_bytes: int) -> 
     elif queued.body_id is not None:
         raw = cast(bytes | None, r.get(keys.queued_body(queued.body_id)))  # no decode_responses
         if raw is None:
+            _mark_taken(r, None, last=last)
             if r.exists(keys.queued_taken(queued.body_id)):
                 return dict(NOTHING)
             # Not taken, and gone: waited past BODY_TTL_S, or Redis lost it (no AOF).
@@ -279,10 +327,17 @@ def take_batch(queued: QueuedBatch, intake: Intake, *, max_trace_bytes: int) -> 
             "ignored": len(batch.ignored),
             "new": sum(s.new for s in submitted),
         }
-    pipe = r.pipeline(transaction=True)
-    if queued.body_id is not None:
-        pipe.set(keys.queued_taken(queued.body_id), 1, ex=TAKEN_TTL_S)
-        pipe.delete(keys.queued_body(queued.body_id))
-    pipe.incr(keys.INTAKE_TAKEN)  # the workers' pace, for ingest's bound on the lag
-    pipe.execute()
+    _mark_taken(r, queued.body_id, last=last)
     return counts
+
+
+def _mark_taken(r: Any, body_id: str | None, *, last: bool) -> None:
+    """The batch remembered as taken and its body deleted; after a message's last batch, the
+    workers' pace (keys.INTAKE_TAKEN, for ingest's bound on the lag) counts the message."""
+    pipe = r.pipeline(transaction=True)
+    if body_id is not None:
+        pipe.set(keys.queued_taken(body_id), 1, ex=TAKEN_TTL_S)
+        pipe.delete(keys.queued_body(body_id))
+    if last:
+        pipe.incr(keys.INTAKE_TAKEN)
+    pipe.execute()

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,8 +20,8 @@ import redis
 
 from shared.core import keys
 from shared.devtools.simulators.slack import SlackSimulator
-from shared.stack.localstack import LocalStack, start_ingest, start_redis
-from tests.conftest import DATA
+from shared.stack.localstack import LocalStack, start_ingest, start_redis, start_worker
+from tests.conftest import DATA, pool_children
 
 pytestmark = pytest.mark.integration
 
@@ -243,14 +246,18 @@ def test_past_the_backlog_bound_ingest_answers_503_with_retry_after_and_queues_n
 
 
 @contextmanager
-def _ingest_without_worker(tmp_path: Path, *, max_lag: str) -> Iterator[tuple[str, redis.Redis]]:
+def _ingest_without_worker(
+    tmp_path: Path, *, max_lag: str, linger: str | None = None
+) -> Iterator[tuple[str, redis.Redis]]:
     """``tracehound ingest`` on a private Redis that no intake worker drains (the tests take
-    batches themselves), with TRACEHOUND_INGEST_MAX_LAG ``max_lag``: its URL and a client."""
+    batches themselves, or start one), with TRACEHOUND_INGEST_MAX_LAG ``max_lag`` (and
+    TRACEHOUND_INGEST_LINGER ``linger``): its URL and a client."""
     redis_proc, redis_url = start_redis(tmp_path)
     env = {
         "TRACEHOUND_REDIS_URL": redis_url,
         "TRACEHOUND_INGEST_TOKEN": TOKEN,
         "TRACEHOUND_INGEST_MAX_LAG": max_lag,
+        **({"TRACEHOUND_INGEST_LINGER": linger} if linger is not None else {}),
     }
     proc, url = start_ingest(tmp_path, env, "--service", "shop-api")
     client = redis.Redis.from_url(redis_url)
@@ -370,3 +377,96 @@ def test_a_burst_after_the_queue_ran_dry_is_held_to_the_workers_last_busy_pace(
         refused = [r for r in burst if r.status_code == 503]
         assert refused and refused[0].json()["lag_s"] > 1.5
         assert accepted < 20, accepted  # about 1.5 s at six a second, and a reading's worth
+
+
+def _storm_body(first: int, n: int) -> str:
+    """``n`` events of one group (a storm), ids ``first``… (each counts once)."""
+    return "\n".join(
+        json.dumps(event(id=f"s{i}", stack=TRACE, message=f"division by zero (request {i})"))
+        for i in range(first, first + n)
+    )
+
+
+def _storm_total(client: redis.Redis) -> int:
+    """The storm's count: its one group's total."""
+    groups = [k for k in client.scan_iter("th:group:*") if k.count(b":") == 3]
+    return sum(int(client.hget(k, "total") or 0) for k in groups)
+
+
+def _queue_in_company(url: str, bodies: list[str]) -> list[int]:
+    """Each body POSTed at once by a shipper of its own: the status codes."""
+
+    def send(body: str) -> int:
+        with httpx.Client(base_url=url, headers=AUTH, timeout=30) as http:
+            return http.post("/v1/events", content=body).status_code
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(send, bodies))
+
+
+def _redis_url(client: redis.Redis) -> str:
+    kwargs = client.connection_pool.connection_kwargs
+    return f"redis://{kwargs['host']}:{kwargs['port']}/0"
+
+
+def test_requests_queued_while_the_workers_are_behind_share_a_message_and_count_once(
+    tmp_path: Path,
+) -> None:
+    """The intake worker's consumer pays three Redis round trips per message, whatever it
+    holds: with messages waiting, the batches of shippers sending at once go in one message
+    (TRACEHOUND_INGEST_LINGER), each answered 202 once it is in Redis, and a real intake worker
+    then counts every event once."""
+    with _ingest_without_worker(tmp_path, max_lag="0", linger="0.5") as (url, client):
+        with httpx.Client(base_url=url, headers=AUTH) as http:
+            for first in (0, 10):  # queued at once, one message each: none waited before
+                assert http.post("/v1/events", content=_storm_body(first, 10)).status_code == 202
+        [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
+        assert client.llen(queue) == 2
+        bodies = [_storm_body(100 + 10 * i, 10) for i in range(8)]
+        assert _queue_in_company(url, bodies) == [202] * 8
+        assert client.llen(queue) - 2 < 4, client.llen(queue)  # eight batches, not 8 messages
+        env = {"TRACEHOUND_REDIS_URL": _redis_url(client), "TRACEHOUND_DATA_DIR": str(tmp_path)}
+        worker = start_worker("intake", ["intake"], 1, tmp_path, env)
+        try:
+            deadline = time.monotonic() + 60
+            while _storm_total(client) < 100 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            while client.llen(queue) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.5)  # a second count of any batch would show by now
+            assert _storm_total(client) == 100
+        finally:
+            worker.stop()
+
+
+def test_a_worker_killed_mid_message_counts_each_batch_of_it_once(tmp_path: Path) -> None:
+    """kill -9 of the pool child while it takes a message of twelve batches: the message is
+    delivered again, the batches it had taken are found taken, and the storm's count ends
+    exact: nothing lost, nothing counted twice."""
+    with _ingest_without_worker(tmp_path, max_lag="0", linger="1") as (url, client):
+        with httpx.Client(base_url=url, headers=AUTH) as http:
+            for first in (0, 1):
+                assert http.post("/v1/events", content=_storm_body(first, 1)).status_code == 202
+        bodies = [_storm_body(1000 + 400 * i, 400) for i in range(12)]
+        assert _queue_in_company(url, bodies) == [202] * 12
+        [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
+        assert client.llen(queue) - 2 < 4  # the twelve in one message, or a few
+        want = 2 + 12 * 400
+        env = {"TRACEHOUND_REDIS_URL": _redis_url(client), "TRACEHOUND_DATA_DIR": str(tmp_path)}
+        worker = start_worker("intake", ["intake"], 1, tmp_path, env)
+        try:
+            deadline = time.monotonic() + 60
+            while not 2 + 400 <= _storm_total(client) < want - 400:
+                assert time.monotonic() < deadline, _storm_total(client)
+                time.sleep(0.002)
+            [child] = pool_children(worker.popen.pid)
+            os.kill(child, signal.SIGKILL)  # mid-message: some batches taken, some not
+            killed_at = _storm_total(client)
+            while _storm_total(client) < want and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1.0)  # a batch counted twice would show by now
+            assert killed_at < want
+            assert _storm_total(client) == want
+            assert worker.alive()
+        finally:
+            worker.stop()

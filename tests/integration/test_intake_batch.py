@@ -16,7 +16,14 @@ from shared.core import keys
 from shared.core.pipeline import analysis_chain, analysis_message, sender_app
 from shared.core.settings import Settings
 from shared.groups.submit import Intake
-from shared.intake.batch import QueuedBatch, queue_body, take_batch
+from shared.intake.batch import (
+    QueuedBatch,
+    batches_message,
+    queue_body,
+    queued_batches,
+    take_batch,
+    take_batches,
+)
 from shared.intake.events import parse_event
 from tests.conftest import DATA
 
@@ -147,6 +154,30 @@ def test_a_queued_body_is_taken_once_and_an_older_inline_message_still_is(
     inline = QueuedBatch(body=_ndjson(5).decode(), digest="d2", service="shop-api")
     assert take_batch(inline, intake, max_trace_bytes=64_000)["accepted"] == 5
     assert _group_total(r) == 35
+
+
+def test_a_message_of_several_batches_delivered_again_counts_each_once(
+    intake_pair: tuple[Intake, redis.Redis],
+) -> None:
+    """Ingest queues the batches of requests sent together in one message; a worker killed
+    after the first of them (tests/integration/test_ingest.py kills one for real) takes the
+    message again: the batch it took is found taken, the others are counted once."""
+    intake, r = intake_pair
+    pipe = r.pipeline(transaction=True)
+    for i in range(3):
+        queue_body(pipe, f"m{i}", _ndjson(10 + i))
+    pipe.execute()
+    batches = [QueuedBatch(body_id=f"m{i}", digest=f"dm{i}", service="shop-api") for i in range(3)]
+    message = batches_message(batches)
+    assert queued_batches(message) == batches
+    assert take_batch(batches[0], intake, max_trace_bytes=64_000)["accepted"] == 10
+    counts = take_batches(queued_batches(message), intake, max_trace_bytes=64_000)
+    assert counts["accepted"] == 11 + 12 and _group_total(r) == 33
+    # The workers' pace counts messages, as the queue's length does (ingest's lag bound).
+    assert int(r.get(keys.INTAKE_TAKEN)) == 2
+    # A message of one batch is the one every worker reads, an ingest's of before too.
+    assert batches_message(batches[:1]) == batches[0].model_dump(exclude_none=True)
+    assert queued_batches(batches_message(batches[:1])) == batches[:1]
 
 
 def test_a_body_gone_before_it_was_taken_is_said_lost(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 import uuid
 from typing import Any
@@ -20,14 +19,9 @@ from shared.devtools.simulators.slack import SlackSimulator
 from shared.index.reindex import index_repository
 from shared.intake.events import parse_event
 from shared.stack.localstack import LocalStack
-from tests.conftest import DATA, SAMPLE_SERVICE
+from tests.conftest import DATA, SAMPLE_SERVICE, pool_children
 
 pytestmark = pytest.mark.integration
-
-
-def pool_children(pid: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
 
 
 def child_running(sender: Any, worker: str, task: str) -> int:

@@ -1,13 +1,14 @@
-"""Taking a batch the ingest endpoint queued: ``intake_batch`` [intake]; starting the deferred
-backlog's analyses while the model host is free: ``drain_deferred`` [intake].
+"""Taking the batches the ingest endpoint queued: ``intake_batch`` [intake]; starting the
+deferred backlog's analyses while the model host is free: ``drain_deferred`` [intake].
 
-``POST /v1/events`` (producers/ingest/events.py) checks a batch's JSON, LPUSHes it here in one
-message and answers 202 at once; this task runs each record through the event model and
-intake (redaction, grouping, counting, starting analyses) exactly as the endpoint does with
-``?wait=true``. Records that the event model refuses are logged with the reason
-(``intake.rejected``). Redis out of reach is retried for as long as it takes: an accepted batch
-is never dropped, and a batch taken twice (a worker killed mid-batch) counts each event once,
-since event ids come from the batch's digest and the record's place in it.
+``POST /v1/events`` (producers/ingest/events.py) checks a batch's JSON, LPUSHes it here (one
+message holds the batches of the requests queued together) and answers 202 at once; this task
+runs each record through the event model and intake (redaction, grouping, counting, starting
+analyses) exactly as the endpoint does with ``?wait=true``. Records that the event model
+refuses are logged with the reason (``intake.rejected``). Redis out of reach is retried for as
+long as it takes: an accepted batch is never dropped, and a batch taken twice (a worker killed
+mid-message) counts each event once, since event ids come from the batch's digest and the
+record's place in it.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from shared.core import queues as q
 from shared.core.errors import TransientError
 from shared.core.pipeline import enqueue_drain
 from shared.groups import deferred
-from shared.intake.batch import QueuedBatch, take_batch
+from shared.intake.batch import queued_batches, take_batches
 from workers import context, metrics
 from workers.app import app, task_options
 from workers.retry import retry
@@ -33,11 +34,12 @@ log = logging.getLogger(__name__)
 
 @app.task(**task_options(q.INTAKE_BATCH, retry_forever=True))
 def intake_batch(self: Any, payload: dict[str, Any]) -> dict[str, int]:
-    """One queued batch through the event model and intake; a Redis failure is retried."""
+    """A message's queued batches through the event model and intake; a Redis failure is
+    retried (the batches taken already are found taken)."""
     ctx = context.clients()
-    queued = QueuedBatch.model_validate(payload)
+    batches = queued_batches(payload)
     try:
-        return take_batch(queued, ctx.intake, max_trace_bytes=ctx.settings.max_trace_bytes)
+        return take_batches(batches, ctx.intake, max_trace_bytes=ctx.settings.max_trace_bytes)
     except (redis.RedisError, OperationalError, OSError) as exc:
         raise retry(self, TransientError(f"{type(exc).__name__}: {exc}"), forever=True) from exc
 
