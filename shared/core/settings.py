@@ -297,8 +297,9 @@ class Settings(BaseSettings):
         le=1,
         description="Seconds a checked batch waits for others to share its intake message while "
         "messages wait for the intake worker (none wait: it is queued at once). The worker's "
-        "consumer pays three Redis round trips per message, so one per request of 100 events "
-        "capped it near 200 messages a second. 0: every request its own message when alone.",
+        "consumer pays three Redis round trips per message, whatever it holds: in a storm of "
+        "100-event requests, a message each was the bottleneck. 0: no wait (requests that "
+        "arrive while the last message is on its way to Redis still share the next one).",
     )
     ingest_max_lag: float = Field(
         1.2,
