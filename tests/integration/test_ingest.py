@@ -387,10 +387,15 @@ def _storm_body(first: int, n: int) -> str:
     )
 
 
+def _storm_key(client: redis.Redis) -> bytes | None:
+    """The storm's one group's key, once it is counted (th:group:{fingerprint})."""
+    return next((k for k in client.scan_iter("th:group:*") if k.count(b":") == 3), None)
+
+
 def _storm_total(client: redis.Redis) -> int:
     """The storm's count: its one group's total."""
-    groups = [k for k in client.scan_iter("th:group:*") if k.count(b":") == 3]
-    return sum(int(client.hget(k, "total") or 0) for k in groups)
+    group = _storm_key(client)
+    return int(client.hget(group, "total") or 0) if group else 0
 
 
 def _queue_in_company(url: str, bodies: list[str]) -> list[int]:
@@ -440,33 +445,39 @@ def test_requests_queued_while_the_workers_are_behind_share_a_message_and_count_
 
 
 def test_a_worker_killed_mid_message_counts_each_batch_of_it_once(tmp_path: Path) -> None:
-    """kill -9 of the pool child while it takes a message of twelve batches: the message is
+    """kill -9 of the pool child while it takes a message of sixteen batches: the message is
     delivered again, the batches it had taken are found taken, and the storm's count ends
     exact: nothing lost, nothing counted twice."""
     with _ingest_without_worker(tmp_path, max_lag="0", linger="1") as (url, client):
         with httpx.Client(base_url=url, headers=AUTH) as http:
             for first in (0, 1):
                 assert http.post("/v1/events", content=_storm_body(first, 1)).status_code == 202
-        bodies = [_storm_body(1000 + 400 * i, 400) for i in range(12)]
-        assert _queue_in_company(url, bodies) == [202] * 12
+        bodies = [_storm_body(1000 + 400 * i, 400) for i in range(16)]
+        assert _queue_in_company(url, bodies) == [202] * 16
         [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
-        assert client.llen(queue) - 2 < 4  # the twelve in one message, or a few
-        want = 2 + 12 * 400
+        assert client.llen(queue) - 2 < 4  # the sixteen in one message, or a few
+        want = 2 + 16 * 400
         env = {"TRACEHOUND_REDIS_URL": _redis_url(client), "TRACEHOUND_DATA_DIR": str(tmp_path)}
         worker = start_worker("intake", ["intake"], 1, tmp_path, env)
         try:
             deadline = time.monotonic() + 60
-            while not 2 + 400 <= _storm_total(client) < want - 400:
-                assert time.monotonic() < deadline, _storm_total(client)
-                time.sleep(0.002)
-            [child] = pool_children(worker.popen.pid)
-            os.kill(child, signal.SIGKILL)  # mid-message: some batches taken, some not
-            killed_at = _storm_total(client)
-            while _storm_total(client) < want and time.monotonic() < deadline:
+            while not (children := pool_children(worker.popen.pid)):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            [child] = children
+            while not (group := _storm_key(client)):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            # Between the first batch of the big message and the fifth from its end.
+            while not 2 + 400 <= int(client.hget(group, "total") or 0) < want - 2000:
+                assert time.monotonic() < deadline, client.hget(group, "total")
+                time.sleep(0.001)
+            os.kill(child, signal.SIGKILL)
+            while int(client.hget(group, "total") or 0) < want:
+                assert time.monotonic() < deadline, client.hget(group, "total")
                 time.sleep(0.1)
             time.sleep(1.0)  # a batch counted twice would show by now
-            assert killed_at < want
-            assert _storm_total(client) == want
-            assert worker.alive()
+            assert int(client.hget(group, "total") or 0) == want
+            assert worker.alive() and pool_children(worker.popen.pid) != [child]
         finally:
             worker.stop()
