@@ -421,10 +421,12 @@ def test_requests_queued_while_the_workers_are_behind_share_a_message_and_count_
     holds: with messages waiting, the batches of shippers sending at once go in one message
     (TRACEHOUND_INGEST_LINGER), each answered 202 once it is in Redis, and a real intake worker
     then counts every event once."""
-    with _ingest_without_worker(tmp_path, max_lag="0", linger="0.5") as (url, client):
+    with _ingest_without_worker(tmp_path, max_lag="0", linger="1") as (url, client):
         with httpx.Client(base_url=url, headers=AUTH) as http:
             for first in (0, 10):  # queued at once, one message each: none waited before
+                sent = time.monotonic()
                 assert http.post("/v1/events", content=_storm_body(first, 10)).status_code == 202
+                assert time.monotonic() - sent < 0.8  # not held for the 1-s linger
         [queue] = [k for k in client.keys("*") if client.type(k) == b"list"]
         assert client.llen(queue) == 2
         bodies = [_storm_body(100 + 10 * i, 10) for i in range(8)]
