@@ -33,6 +33,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from shared.core import keys
 from shared.stack.localstack import start_ingest, start_redis
 
 KEY = "0123456789abcdef0123456789abcdef"
@@ -162,12 +163,12 @@ def main() -> int:
                 ),
             ]
             r = redis.Redis.from_url(redis_url)
-            groups = sum(1 for k in r.scan_iter("th:group:*") if k.count(b":") == 3)
-            counted = sum(
+            totals = [
                 int(r.hget(k, "total") or 0)
-                for k in r.scan_iter("th:group:*")
-                if k.count(b":") == 3
-            )
+                for k in r.scan_iter(match=keys.GROUP_PATTERN)
+                if k.count(b":") == 3  # th:group:v1:<sha1>, not its :message / :update keys
+            ]
+            groups, counted = len(totals), sum(totals)
             r.close()
         finally:
             ingest.stop()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
+from shared.core import keys
 from shared.core.pipeline import sender_app
 from shared.core.settings import Settings
 from shared.devtools.simulators.ollama import OllamaSimulator
@@ -244,6 +245,16 @@ def _clean_simulators(request: pytest.FixtureRequest) -> Iterator[None]:
         if name in request.fixturenames:
             sim = request.getfixturevalue(name)
             sim.reset_faults()
+
+
+def group_keys(client: redis.Redis) -> list[bytes]:
+    """Every error group's hash (th:group:v1:<sha1>), not its :message / :update keys."""
+    return [k for k in client.scan_iter(match=keys.GROUP_PATTERN) if k.count(b":") == 3]
+
+
+def counted_in_groups(client: redis.Redis) -> int:
+    """Occurrences counted over every group."""
+    return sum(int(client.hget(k, "total") or 0) for k in group_keys(client))
 
 
 def pool_children(pid: int) -> list[int]:

@@ -271,7 +271,7 @@ class Spool:
         self.pace = 0.0  # batches a second, the last read while the workers were busy
         self.pace_at = 0.0
         # Checked batches waiting for the next MULTI, each with its request's answer to come.
-        self.waiting: list[tuple[Outgoing, asyncio.Future[int]]] = []
+        self.waiting: list[tuple[Outgoing, asyncio.Future[None]]] = []
         self.committer: asyncio.Task[None] | None = None
         self.group_full: asyncio.Event | None = None  # made in the server's loop, as the client
 
@@ -317,7 +317,7 @@ class Spool:
 
     async def _queue(self, message: Outgoing) -> None:
         """Once ``message`` is in Redis, with the others of its group."""
-        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiting.append((message, done))
         if self.group_full is None:
             self.group_full = asyncio.Event()
@@ -342,7 +342,7 @@ class Spool:
             group = self.waiting[: self.MAX_GROUP]
             del self.waiting[: self.MAX_GROUP]
             try:
-                backlog = await self._commit([m for m, _ in group])
+                await self._commit([m for m, _ in group])
             except BaseException as exc:  # a cancelled server too: no request waits forever
                 for _, done in group:
                     if not done.done():
@@ -352,9 +352,9 @@ class Spool:
             else:
                 for _, done in group:
                     if not done.done():
-                        done.set_result(backlog)
+                        done.set_result(None)
 
-    async def _commit(self, group: list[Outgoing]) -> int:
+    async def _commit(self, group: list[Outgoing]) -> None:
         """The group's bodies and their one message in one MULTI: all in Redis, or none."""
         assert self.client is not None
         queue, message = intake_batch_message(
@@ -367,7 +367,6 @@ class Spool:
         pipe.lpush(queue, message)
         *_, self.backlog = await pipe.execute()
         self.backlog_at = time.monotonic()
-        return int(self.backlog)
 
     async def _lagging(self) -> bool:
         """Whether a batch accepted now would wait past ``ingest_max_lag`` (worked out again

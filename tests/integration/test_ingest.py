@@ -21,7 +21,7 @@ import redis
 from shared.core import keys
 from shared.devtools.simulators.slack import SlackSimulator
 from shared.stack.localstack import LocalStack, start_ingest, start_redis, start_worker
-from tests.conftest import DATA, pool_children
+from tests.conftest import DATA, counted_in_groups, group_keys, pool_children
 
 pytestmark = pytest.mark.integration
 
@@ -387,17 +387,6 @@ def _storm_body(first: int, n: int) -> str:
     )
 
 
-def _storm_key(client: redis.Redis) -> bytes | None:
-    """The storm's one group's key, once it is counted (th:group:{fingerprint})."""
-    return next((k for k in client.scan_iter("th:group:*") if k.count(b":") == 3), None)
-
-
-def _storm_total(client: redis.Redis) -> int:
-    """The storm's count: its one group's total."""
-    group = _storm_key(client)
-    return int(client.hget(group, "total") or 0) if group else 0
-
-
 def _queue_in_company(url: str, bodies: list[str]) -> list[int]:
     """Each body POSTed at once by a shipper of its own: the status codes."""
 
@@ -436,12 +425,12 @@ def test_requests_queued_while_the_workers_are_behind_share_a_message_and_count_
         worker = start_worker("intake", ["intake"], 1, tmp_path, env)
         try:
             deadline = time.monotonic() + 60
-            while _storm_total(client) < 100 and time.monotonic() < deadline:
+            while counted_in_groups(client) < 100 and time.monotonic() < deadline:
                 time.sleep(0.1)
             while client.llen(queue) and time.monotonic() < deadline:
                 time.sleep(0.1)
             time.sleep(0.5)  # a second count of any batch would show by now
-            assert _storm_total(client) == 100
+            assert counted_in_groups(client) == 100
         finally:
             worker.stop()
 
@@ -467,9 +456,10 @@ def test_a_worker_killed_mid_message_counts_each_batch_of_it_once(tmp_path: Path
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             [child] = children
-            while not (group := _storm_key(client)):
+            while not (found := group_keys(client)):
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
+            [group] = found  # the storm's one group
             # Between the first batch of the big message and the fifth from its end.
             while not 2 + 400 <= int(client.hget(group, "total") or 0) < want - 2000:
                 assert time.monotonic() < deadline, client.hget(group, "total")

@@ -17,8 +17,8 @@ import httpx
 import pytest
 import redis
 
-from shared.core import keys
 from shared.stack.localstack import start_ingest, start_redis
+from tests.conftest import counted_in_groups
 
 pytestmark = pytest.mark.integration
 
@@ -73,11 +73,7 @@ class Ingests:
         return events
 
     def counted(self) -> int:
-        return sum(
-            int(self.client.hget(k, "total") or 0)
-            for k in self.client.scan_iter(match=keys.GROUP_PATTERN)
-            if k.count(b":") == 3
-        )
+        return counted_in_groups(self.client)
 
     def close(self) -> None:
         for proc in (self.open_proc, self.closed_proc, self.keyed_proc):

@@ -18,10 +18,9 @@ import httpx
 import pytest
 import redis
 
-from shared.core import keys
 from shared.stack.children import Proc, wait_until
 from shared.stack.localstack import start_ingest, start_redis, start_worker
-from tests.conftest import SETTLE_OFF
+from tests.conftest import SETTLE_OFF, counted_in_groups
 
 pytestmark = pytest.mark.integration
 
@@ -56,11 +55,7 @@ class Sink:
 
     def total(self) -> int:
         """Occurrences counted over every group."""
-        return sum(
-            int(self.client.hget(k, "total") or 0)
-            for k in self.client.scan_iter(match=keys.GROUP_PATTERN)
-            if k.count(b":") == 3
-        )
+        return counted_in_groups(self.client)
 
     def restart_redis(self) -> None:
         self.client.close()

@@ -25,7 +25,7 @@ from shared.intake.batch import (
     take_batches,
 )
 from shared.intake.events import parse_event
-from tests.conftest import DATA
+from tests.conftest import DATA, counted_in_groups
 
 pytestmark = pytest.mark.integration
 
@@ -129,12 +129,6 @@ def _ndjson(n: int) -> bytes:
     ).encode()
 
 
-def _group_total(r: redis.Redis) -> int:
-    return sum(
-        int(r.hget(k, "total") or 0) for k in r.scan_iter("th:group:*") if k.count(b":") == 3
-    )
-
-
 def test_a_queued_body_is_taken_once_and_an_older_inline_message_still_is(
     intake_pair: tuple[Intake, redis.Redis],
 ) -> None:
@@ -145,7 +139,7 @@ def test_a_queued_body_is_taken_once_and_an_older_inline_message_still_is(
     pipe.execute()
     queued = QueuedBatch(body_id="b1", digest="d1", service="shop-api")
     assert take_batch(queued, intake, max_trace_bytes=64_000)["accepted"] == 30
-    assert not r.exists(keys.queued_body("b1")) and _group_total(r) == 30
+    assert not r.exists(keys.queued_body("b1")) and counted_in_groups(r) == 30
     # Delivered again (a worker killed between the count and its ack): a repeat, not a loss.
     assert take_batch(queued, intake, max_trace_bytes=64_000) == {
         "accepted": 0, "rejected": 0, "ignored": 0, "new": 0,
@@ -153,7 +147,7 @@ def test_a_queued_body_is_taken_once_and_an_older_inline_message_still_is(
     # A message an ingest of before this change queued, its body inline.
     inline = QueuedBatch(body=_ndjson(5).decode(), digest="d2", service="shop-api")
     assert take_batch(inline, intake, max_trace_bytes=64_000)["accepted"] == 5
-    assert _group_total(r) == 35
+    assert counted_in_groups(r) == 35
 
 
 def test_a_message_of_several_batches_delivered_again_counts_each_once(
@@ -172,7 +166,7 @@ def test_a_message_of_several_batches_delivered_again_counts_each_once(
     assert queued_batches(message) == batches
     assert take_batch(batches[0], intake, max_trace_bytes=64_000)["accepted"] == 10
     counts = take_batches(queued_batches(message), intake, max_trace_bytes=64_000)
-    assert counts["accepted"] == 11 + 12 and _group_total(r) == 33
+    assert counts["accepted"] == 11 + 12 and counted_in_groups(r) == 33
     # The workers' pace counts messages, as the queue's length does (ingest's lag bound).
     assert int(r.get(keys.INTAKE_TAKEN)) == 2
     # A message of one batch is the one every worker reads, an ingest's of before too.
@@ -190,7 +184,7 @@ def test_a_body_gone_before_it_was_taken_is_said_lost(
     with caplog.at_level(logging.ERROR, logger="shared.intake.batch"):
         assert take_batch(queued, intake, max_trace_bytes=64_000)["lost"] == 1
     assert [rec.message for rec in caplog.records] == ["intake.batch_lost"]
-    assert _group_total(r) == 0
+    assert counted_in_groups(r) == 0
 
 
 def test_the_event_that_opens_a_window_is_analysed_with_its_message_redacted(
