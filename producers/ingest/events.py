@@ -285,38 +285,46 @@ class Spool:
                 max_records=self.max_records,
             )
 
+        # Past the bound, refused before its body is read as JSON: refusing must cost far less
+        # than taking, or an overload spends the front door on its own 503s.
+        if (refusal := await self.refusal()) is not None:
+            return refusal[1]
+        # About 7 us a record: on the event loop, unless the body is large enough to hold it up.
+        reply, status, message = await run_in_threadpool(check) if len(raw) > 1 << 20 else check()
+        if message is not None:
+            try:
+                await self.queue(message)
+            except (redis.RedisError, OSError) as exc:
+                self.refused(REDIS)
+                return unavailable(exc)
+        return JSONReply(reply, status_code=status)
+
+    async def refusal(self) -> tuple[str, JSONReply] | None:
+        """Why a batch is not to be queued now, and the 503 that says so (the metrics' reason:
+        the backlog or the lag past its bound, Redis out of reach); None to queue it."""
         if self.client is None:
             self.client = aioredis.Redis.from_url(
                 self.intake.settings.redis_url, socket_connect_timeout=5, socket_timeout=10
             )
         try:
-            # Past the bound, refused before its body is read as JSON: refusing must cost far
-            # less than taking, or an overload spends the front door on its own 503s.
             if self.backlog >= self.max_backlog:
                 if time.monotonic() - self.backlog_at >= self.RECHECK_S:
                     self.backlog = await self.client.llen(INTAKE_QUEUE)
                     self.backlog_at = time.monotonic()
                 if self.backlog >= self.max_backlog:
                     self.refused(BACKLOG)
-                    return backlogged(self.backlog, self.max_backlog)
+                    return BACKLOG, backlogged(self.backlog, self.max_backlog)
             if await self._lagging():
                 self.refused(LAG)
-                return lagging(self.lag, self.max_lag)
+                return LAG, lagging(self.lag, self.max_lag)
         except (redis.RedisError, OSError) as exc:
             self.refused(REDIS)
-            return unavailable(exc)
-        # About 7 us a record: on the event loop, unless the body is large enough to hold it up.
-        reply, status, message = await run_in_threadpool(check) if len(raw) > 1 << 20 else check()
-        if message is not None:
-            try:
-                await self._queue(message)
-            except (redis.RedisError, OSError) as exc:
-                self.refused(REDIS)
-                return unavailable(exc)
-        return JSONReply(reply, status_code=status)
+            return REDIS, unavailable(exc)
+        return None
 
-    async def _queue(self, message: Outgoing) -> None:
-        """Once ``message`` is in Redis, with the others of its group."""
+    async def queue(self, message: Outgoing) -> None:
+        """Once ``message`` is in Redis, with the others of its group (after ``refusal`` said
+        None: it makes the client). Redis errors propagate."""
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiting.append((message, done))
         if self.group_full is None:

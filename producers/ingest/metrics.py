@@ -60,8 +60,9 @@ class IngestMetrics:
         )
         self.refused = Counter(
             "tracehound_ingest_refused_total",
-            "Requests answered 503 + Retry-After: the intake queue past its bound in batches "
-            "(backlog) or in the wait it means (lag), or Redis out of reach (redis).",
+            "Requests answered 503 + Retry-After (429 to Sentry SDKs): the intake queue past "
+            "its bound in batches (backlog) or in the wait it means (lag), or Redis out of "
+            "reach (redis, always 503).",
             ["reason"],
             registry=self.registry,
         )

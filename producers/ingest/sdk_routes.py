@@ -3,12 +3,17 @@
 - ``POST /api/<project>/envelope/`` and the older ``/api/<project>/store/``: a Sentry SDK whose
   DSN points here (``http://<key>@host:8080/<project>``). The key is checked against the
   configured DSN keys (``X-Sentry-Auth: Sentry sentry_key=…``, ``Authorization: Sentry …`` or
-  ``?sentry_key=``). Event items become ErrorEvents (shared/intake/sentry.py); every other item
-  type is dropped and counted, with a 200, since an SDK that gets errors backs off or retries.
-  The reply is what SDKs expect: ``{"id": "<event_id>"}``.
+  ``?sentry_key=``). Event items are checked (JSON objects) and queued for the intake worker
+  as ``/v1/events`` queues a batch (its Spool: one message for the requests checked together,
+  the same backlog and lag bounds); the worker makes them ErrorEvents (shared/intake/sentry.py,
+  shared/intake/batch.py ``sentry_batch``). Every other item type is dropped and counted, with
+  a 200, since an SDK that gets errors backs off or retries. The reply is what SDKs expect:
+  ``{"id": "<event_id>"}``; past the bounds a 429 with Retry-After, which SDKs honour by
+  sending nothing for that long.
 - ``POST /v1/logs``: OTLP/HTTP logs, protobuf or JSON (shared/intake/otlp.py), with the same
   bearer token as ``/v1/events``; the reply is an ``ExportLogsServiceResponse`` in the
   request's encoding. ``POST /v1/traces`` likewise, for the exceptions recorded on spans.
+  These are taken in-process before the reply.
 
 With ``TRACEHOUND_SENTRY_UPSTREAM`` set, every Sentry request these routes took (200) is also
 queued as it was sent, in one script call, for the upstream Sentry (upstream.py,
@@ -23,15 +28,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import logging
 import re
+import uuid
 import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import redis
 from kombu.exceptions import OperationalError
 from starlette.concurrency import run_in_threadpool
@@ -41,21 +49,20 @@ from starlette.routing import Route
 
 from producers.ingest.auth import bearer_ok, same
 from producers.ingest.body import decoded, inflate, read_body, read_raw
+from producers.ingest.events import Outgoing, Spool
 from producers.ingest.metrics import REDIS
-from producers.ingest.replies import RETRY_AFTER_S, JSONReply, group_replies
+from producers.ingest.replies import RETRY_AFTER_S, JSONReply
+from producers.ingest.replies import unavailable as ingest_unavailable
 from producers.ingest.upstream import Kind, Taken, taken
 from producers.ingest.upstream_queue import UpstreamQueue
 from shared.core.domain import ErrorEvent
-from shared.core.errors import PermanentError
 from shared.groups.submit import Intake, Submitted
 from shared.intake import otlp
-from shared.intake.batch import BodyError, loads
-from shared.intake.events import Ignored
+from shared.intake.batch import BodyError, QueuedBatch, loads
 from shared.intake.sentry import (
     EnvelopeError,
     TooManyItems,
     auth_key,
-    event_from_sentry,
     parse_envelope,
     project_target,
 )
@@ -78,21 +85,12 @@ class Unavailable(Exception):
     """Redis out of reach: the client should retry after ``RETRY_AFTER_S``."""
 
 
-async def submit(
-    intake: Intake, events: list[ErrorEvent], then: Callable[[], object] | None = None
-) -> list[Submitted]:
-    """Intake takes the events, then ``then`` runs (in the same worker thread)."""
-    if not events and then is None:
+async def submit(intake: Intake, events: list[ErrorEvent]) -> list[Submitted]:
+    """Intake takes the events (OTLP's: Sentry's are queued for the intake worker)."""
+    if not events:
         return []
-
-    def take() -> list[Submitted]:
-        submitted = intake.submit_many(events) if events else []
-        if then is not None:
-            then()
-        return submitted
-
     try:
-        return await run_in_threadpool(take)
+        return await run_in_threadpool(intake.submit_many, events)
     except (redis.RedisError, OperationalError, OSError) as exc:
         # A retry repeats the same event ids, so what was counted already counts once.
         log.warning("ingest.unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
@@ -103,6 +101,14 @@ def unavailable(exc: Unavailable) -> JSONReply:
     return JSONReply(
         {"detail": str(exc)}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)}
     )
+
+
+def event_payload(payload: Any, envelope_id: str) -> dict[str, Any]:
+    """A Sentry event item's payload as queued: a JSON object with its ``event_id`` (its own,
+    else the envelope's, as SDKs send one of them; at most 200 characters)."""
+    if not isinstance(payload, dict):
+        raise BodyError(400, "an event payload must be a JSON object")
+    return {**payload, "event_id": str(payload.get("event_id") or envelope_id)[:200]}
 
 
 def _store_body(raw: bytes, limit: int) -> bytes:
@@ -127,6 +133,7 @@ class SdkRoutes:
     limits: SdkLimits
     default_service: str | None
     refused: Callable[[str], None]  # told the reason of each 503 (the metrics)
+    spool: Spool  # /v1/events's queue: Sentry requests' events go to the intake worker too
     upstream: UpstreamQueue | None = None  # TRACEHOUND_SENTRY_UPSTREAM: taken requests go on
 
     def routes(self) -> list[Route]:
@@ -167,55 +174,63 @@ class SdkRoutes:
             return JSONReply({"detail": "unknown sentry_key (check the DSN)"}, 403)
         return None
 
-    def sentry_event(
-        self, payload: Any, project: str, event_id: str
-    ) -> tuple[ErrorEvent | None, str]:
-        """The event, or None and why it was dropped."""
-        if not isinstance(payload, dict):
-            raise BodyError(400, "an event payload must be a JSON object")
-        service, repo = project_target(self.sentry_projects, project)
-        try:
-            found = event_from_sentry(
-                payload,
-                service=service,
-                repo=repo,
-                project=project,
-                max_bytes=self.limits.max_trace_bytes,
-                event_id=str(payload.get("event_id") or event_id)[:200],
-            )
-        except (PermanentError, ValueError) as exc:
-            return None, f"unusable event: {str(exc).splitlines()[0][:300]}"
-        if isinstance(found, Ignored):
-            return None, found.reason
-        return found, ""
-
     async def sentry_reply(
         self,
         project: str,
         event_id: str,
-        events: list[ErrorEvent],
+        payloads: list[dict[str, Any]],
         dropped: Counter[str],
         sent: Taken | None = None,
-    ) -> JSONReply:
-        try:
-            submitted = await submit(self.intake, events, self.forward(sent))
-        except Unavailable as exc:
-            self.refused(REDIS)
-            return unavailable(exc)
+    ) -> Response:
+        """A Sentry request's events queued for the intake worker, as ``/v1/events`` queues a
+        batch (one message with the other requests checked meanwhile; the same bounds), then
+        200: they are in Redis. Past the bounds, 429 with Retry-After: what makes a Sentry SDK
+        stop sending for that long (sentry_sdk/transport.py ``_update_rate_limits``;
+        @sentry/core's ``updateRateLimits``), where a 503 only drops the event and the next
+        comes at once. Redis out of reach stays a 503."""
+        if payloads:
+            if (refused := await self.spool.refusal()) is not None:
+                reason, reply = refused
+                if reason == REDIS:
+                    return reply
+                return Response(
+                    bytes(reply.body),
+                    status_code=429,
+                    headers={"Retry-After": reply.headers["retry-after"]},
+                    media_type="application/json",
+                )
+            body = b"\n".join(orjson.dumps(p) for p in payloads)
+            service, repo = project_target(self.sentry_projects, project)
+            queued = QueuedBatch(
+                digest=hashlib.sha1(body).hexdigest(),
+                body_id=uuid.uuid4().hex,
+                service=service,
+                repo=repo,
+                sentry_project=project,
+                max_records=self.limits.max_records,
+            )
+            try:
+                await self.spool.queue(Outgoing(queued, body))
+            except (redis.RedisError, OSError) as exc:
+                self.refused(REDIS)
+                return ingest_unavailable(exc)
+        if (forward := self.forward(sent)) is not None:
+            try:
+                await run_in_threadpool(forward)
+            except (redis.RedisError, OSError) as exc:
+                # Queued already: the SDK's retry repeats the event ids, counted once.
+                self.refused(REDIS)
+                return ingest_unavailable(exc)
         log.info(
             "ingest.sentry",
-            extra={
-                "project": project,
-                "accepted": len(events),
-                "dropped": dict(dropped),
-                "duplicates": sum(s.duplicate for s in submitted),
-            },
+            extra={"project": project, "queued": len(payloads), "dropped": dict(dropped)},
         )
-        body: dict[str, Any] = {"id": events[0].id if events else event_id}
-        # Beyond what SDKs read: what became of each item.
-        body |= {"accepted": [e.id for e in events], "groups": group_replies(submitted)}
-        body["dropped"] = dict(dropped)
-        return JSONReply(body, status_code=200)
+        ids = [str(p["event_id"]) for p in payloads]
+        body_reply: dict[str, Any] = {"id": (ids[0] if ids else "") or event_id}
+        # Beyond what SDKs read: what was queued, and what was dropped here and why. An event
+        # the event model cannot use is logged by the intake worker (intake.rejected).
+        body_reply |= {"queued": ids, "dropped": dict(dropped)}
+        return JSONReply(body_reply, status_code=200)
 
     def forward(self, sent: Taken | None) -> Callable[[], object] | None:
         """Queue a request intake took for the upstream Sentry (one script call). Refused
@@ -233,7 +248,7 @@ class SdkRoutes:
         body = decoded(raw, request.headers.get("content-encoding", ""), limits.max_body_bytes)
         return body, taken(request, kind, raw) if self.upstream is not None else None
 
-    async def envelope(self, request: Request) -> JSONReply:
+    async def envelope(self, request: Request) -> Response:
         project = request.path_params["project_id"]
         if denied := self.sentry_denied(request):
             return denied
@@ -247,7 +262,7 @@ class SdkRoutes:
             return JSONReply({"detail": str(exc)}, status_code=413)
         except EnvelopeError as exc:
             return JSONReply({"detail": f"malformed envelope: {exc}"}, status_code=400)
-        events: list[ErrorEvent] = []
+        payloads: list[dict[str, Any]] = []
         dropped: Counter[str] = Counter()
         for n, item in enumerate(env.items):
             if item.type != "event":
@@ -255,20 +270,16 @@ class SdkRoutes:
                 continue
             try:
                 payload = loads(item.payload.decode("utf-8", errors="replace"), f"item {n}")
-                found, reason = self.sentry_event(payload, project, env.event_id)
+                payloads.append(event_payload(payload, env.event_id))
             except json.JSONDecodeError as exc:
                 return JSONReply(
                     {"detail": f"malformed envelope: item {n} is not JSON: {exc.msg}"}, 400
                 )
             except BodyError as exc:
                 return JSONReply({"detail": f"item {n}: {exc}"}, status_code=exc.status)
-            if found is None:
-                dropped[f"event ({reason})"] += 1
-            else:
-                events.append(found)
-        return await self.sentry_reply(project, env.event_id, events, dropped, sent)
+        return await self.sentry_reply(project, env.event_id, payloads, dropped, sent)
 
-    async def store(self, request: Request) -> JSONReply:
+    async def store(self, request: Request) -> Response:
         project = request.path_params["project_id"]
         if denied := self.sentry_denied(request):
             return denied
@@ -276,16 +287,12 @@ class SdkRoutes:
         try:
             raw, sent = await self.read(request, "store")
             payload = loads(_store_body(raw, limits.max_body_bytes).decode(errors="replace"), "")
-            found, reason = self.sentry_event(payload, project, "")
+            event = event_payload(payload, "")
         except BodyError as exc:
             return JSONReply({"detail": str(exc)}, status_code=exc.status)
         except json.JSONDecodeError as exc:
             return JSONReply({"detail": f"malformed event JSON: {exc.msg}"}, 400)
-        dropped: Counter[str] = Counter()
-        if found is None:
-            dropped[f"event ({reason})"] += 1
-        event_id = str(payload.get("event_id") or "")
-        return await self.sentry_reply(project, event_id, [found] if found else [], dropped, sent)
+        return await self.sentry_reply(project, event["event_id"], [event], Counter(), sent)
 
     # --- OTLP --------------------------------------------------------------------------------
 

@@ -130,6 +130,7 @@ def create_app(
                 limits=limits,
                 default_service=default_service,
                 refused=metrics.refusal,
+                spool=events.queue_now,
                 upstream=upstream,
             ).routes(),
             *slack,

@@ -20,6 +20,7 @@ from shared.core import keys
 from shared.core.domain import ErrorEvent
 from shared.core.errors import PermanentError
 from shared.intake.events import Ignored, from_record, from_text
+from shared.intake.sentry import event_from_sentry
 
 if TYPE_CHECKING:
     from shared.groups.submit import Intake
@@ -211,6 +212,10 @@ def _first_line(text: str) -> str:
 BODY_TTL_S = 7 * 86_400
 TAKEN_TTL_S = 86_400  # how long a taken batch is remembered: past the transport's redelivery
 NOTHING = {"accepted": 0, "rejected": 0, "ignored": 0, "new": 0}  # what take_batch counts of none
+# Events of a message's batches counted in one submit_many (a batch is never split): enough to
+# pay a message of small batches' Redis round trips once, few enough that a worker killed in
+# the middle of a message of large ones redoes little.
+MERGED_EVENTS = 1_000
 
 
 class QueuedBatch(BaseModel):
@@ -218,7 +223,12 @@ class QueuedBatch(BaseModel):
     body in its own Redis key (``body_id``, keys.queued_body), the message small. Celery's
     consumer decodes every message it fetches (JSON and base64) and the prefork pool pickles it
     to a child: a 140 KB batch cost that twice over on the worker's busiest process. A
-    message queued before bodies moved out carries its ``body`` inline and is still taken."""
+    message queued before bodies moved out carries its ``body`` inline and is still taken.
+
+    With ``sentry_project`` set, the body holds the event items of a Sentry request
+    (producers/ingest/sdk_routes.py), one JSON object a line, each with its ``event_id`` (the
+    event's id, which an SDK's retry repeats); ``service`` and ``repo`` are the project's, as
+    ingest's ``TRACEHOUND_SENTRY_PROJECTS`` named them when it took the request."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -228,6 +238,8 @@ class QueuedBatch(BaseModel):
     service: str | None = None  # the request's ?service=
     default_service: str | None = None  # the server's --service
     max_records: int = 10_000
+    sentry_project: str | None = None  # a Sentry request's events (the DSN's project id)
+    repo: str | None = None  # the Sentry project's repository
 
 
 def queue_body(pipe: Any, batch_id: str, raw: bytes) -> None:
@@ -266,14 +278,35 @@ def batches_message(batches: list[QueuedBatch]) -> dict[str, Any]:
 def take_batches(
     batches: list[QueuedBatch], intake: Intake, *, max_trace_bytes: int
 ) -> dict[str, int]:
-    """A message's batches, each taken as ``take_batch`` takes it, in the order queued; the
-    counts summed. The workers' pace (keys.INTAKE_TAKEN, what ingest's lag bound reads
-    beside the queue's length) counts messages, as the length does."""
+    """A message's batches, in the order queued, each through the event model; their events
+    counted together, ``MERGED_EVENTS`` or so at a time, and those batches then remembered as
+    taken in one MULTI. The counts summed. The workers' pace (keys.INTAKE_TAKEN, what
+    ingest's lag bound reads beside the queue's length) counts messages, as the length does.
+
+    Counting the batches of a message together is what makes a message of sixteen Sentry
+    requests (one event each) cost about one request's Redis round trips, not sixteen: alone,
+    each paid its ``submit_many`` and its MULTI. A worker killed between the counting and the
+    MULTI takes those batches again, and intake counts each event id once."""
+    r = intake.groups.r
     counts: dict[str, int] = dict(NOTHING)
-    for i, queued in enumerate(batches):
-        taken = _take(queued, intake, max_trace_bytes=max_trace_bytes, last=i == len(batches) - 1)
-        for name, n in taken.items():
-            counts[name] = counts.get(name, 0) + n
+    held: list[tuple[QueuedBatch, Batch | None]] = []  # read, not counted yet
+    for queued in batches:
+        raw = _body(r, queued)
+        if raw is None:
+            # Not taken, and gone: waited past BODY_TTL_S, or Redis lost it (no AOF).
+            if queued.body_id is not None and not r.exists(keys.queued_taken(queued.body_id)):
+                log.error("intake.batch_lost", extra={"batch": queued.digest[:12]})
+                counts["lost"] = counts.get("lost", 0) + 1
+            continue
+        try:
+            held.append((queued, _parse(queued, raw, max_trace_bytes=max_trace_bytes)))
+        except BodyError as exc:  # the endpoint checked it: only a changed limit can get here
+            log.warning("intake.unreadable", extra={"batch": queued.digest[:12], "error": str(exc)})
+            held.append((queued, None))
+        if sum(len(b.accepted) for _, b in held if b is not None) >= MERGED_EVENTS:
+            _count(held, intake, counts, last=False)
+            held = []
+    _count(held, intake, counts, last=True)
     return counts
 
 
@@ -287,55 +320,99 @@ def take_batch(queued: QueuedBatch, intake: Intake, *, max_trace_bytes: int) -> 
     return take_batches([queued], intake, max_trace_bytes=max_trace_bytes)
 
 
-def _take(
-    queued: QueuedBatch, intake: Intake, *, max_trace_bytes: int, last: bool
-) -> dict[str, int]:
-    r = intake.groups.r
-    raw: bytes | None
+def _body(r: Any, queued: QueuedBatch) -> bytes | None:
+    """A queued batch's body; None when its key is gone (taken, or lost)."""
     if queued.body is not None:
-        raw = queued.body.encode()
-    elif queued.body_id is not None:
-        raw = cast(bytes | None, r.get(keys.queued_body(queued.body_id)))  # no decode_responses
-        if raw is None:
-            _mark_taken(r, None, last=last)
-            if r.exists(keys.queued_taken(queued.body_id)):
-                return dict(NOTHING)
-            # Not taken, and gone: waited past BODY_TTL_S, or Redis lost it (no AOF).
-            log.error("intake.batch_lost", extra={"batch": queued.digest[:12]})
-            return {**NOTHING, "lost": 1}
-    else:
+        return queued.body.encode()
+    if queued.body_id is None:
         raise PermanentError("a queued batch without a body or its key")
-    try:
+    return cast(bytes | None, r.get(keys.queued_body(queued.body_id)))  # no decode_responses
+
+
+def _count(
+    held: list[tuple[QueuedBatch, Batch | None]],
+    intake: Intake,
+    counts: dict[str, int],
+    *,
+    last: bool,
+) -> None:
+    """The held batches' events counted in one ``submit_many``, then the batches remembered as
+    taken and their bodies deleted in one MULTI (with the message counted after its last)."""
+    events = [e for _, b in held if b is not None for e in b.accepted]
+    submitted = intake.submit_many(events) if events else []
+    for queued, batch in held:
+        if batch is None:
+            counts["rejected"] += 1
+            continue
+        for refused in batch.rejected:
+            log.warning("intake.rejected", extra={"batch": queued.digest[:12], **refused})
+        counts["accepted"] += len(batch.accepted)
+        counts["rejected"] += len(batch.rejected)
+        counts["ignored"] += len(batch.ignored)
+    counts["new"] += sum(s.new for s in submitted)
+    _mark_taken(intake.groups.r, [q.body_id for q, _ in held if q.body_id is not None], last=last)
+
+
+def _parse(queued: QueuedBatch, raw: bytes, *, max_trace_bytes: int) -> Batch:
+    """A queued body's records through the event model: a shipper's batch, or a Sentry
+    request's events."""
+    if queued.sentry_project is None:
         records = decode_records(raw, max_records=queued.max_records)
-    except BodyError as exc:  # the endpoint checked it: only a changed limit can get here
-        log.warning("intake.unreadable", extra={"batch": queued.digest[:12], "error": str(exc)})
-        counts = {**NOTHING, "rejected": 1}
-    else:
-        batch = parse_batch(
+        return parse_batch(
             records,
             service=queued.service,
             max_trace_bytes=max_trace_bytes,
             default_service=queued.default_service,
             batch_digest=queued.digest,
         )
-        submitted = intake.submit_many(batch.accepted) if batch.accepted else []
-        for refused in batch.rejected:
-            log.warning("intake.rejected", extra={"batch": queued.digest[:12], **refused})
-        counts = {
-            "accepted": len(batch.accepted),
-            "rejected": len(batch.rejected),
-            "ignored": len(batch.ignored),
-            "new": sum(s.new for s in submitted),
-        }
-    _mark_taken(r, queued.body_id, last=last)
-    return counts
+    return sentry_batch(
+        raw.split(b"\n"),
+        project=queued.sentry_project,
+        service=queued.service or queued.sentry_project,
+        repo=queued.repo or queued.service or queued.sentry_project,
+        max_trace_bytes=max_trace_bytes,
+    )
 
 
-def _mark_taken(r: Any, body_id: str | None, *, last: bool) -> None:
-    """The batch remembered as taken and its body deleted; after a message's last batch, the
-    workers' pace (keys.INTAKE_TAKEN, for ingest's bound on the lag) counts the message."""
+def sentry_batch(
+    lines: list[bytes], *, project: str, service: str, repo: str, max_trace_bytes: int
+) -> Batch:
+    """A Sentry request's event items (JSON objects, each with its ``event_id``) as events
+    (shared/intake/sentry.py); an event that makes none is rejected or ignored with the
+    reason, as ``parse_batch`` does with a record."""
+    batch = Batch()
+    for i, line in enumerate(lines):
+        try:
+            payload = loads(line, f"event {i}")
+            if not isinstance(payload, dict):
+                raise PermanentError("an event payload must be a JSON object")
+            found = event_from_sentry(
+                payload,
+                service=service,
+                repo=repo,
+                project=project,
+                max_bytes=max_trace_bytes,
+                event_id=str(payload.get("event_id") or "")[:200],
+            )
+        except (PermanentError, BodyError) as exc:
+            batch.rejected.append({"index": i, "error": str(exc)})
+        except ValueError as exc:  # malformed JSON (the route checked it), a field's type
+            batch.rejected.append({"index": i, "error": _first_line(str(exc))[:300]})
+        else:
+            if isinstance(found, Ignored):
+                batch.ignored.append({"index": i, "reason": found.reason})
+            else:
+                batch.accepted.append(found)
+    return batch
+
+
+def _mark_taken(r: Any, body_ids: list[str], *, last: bool) -> None:
+    """The batches remembered as taken and their bodies deleted; after a message's last batch,
+    the workers' pace (keys.INTAKE_TAKEN, for ingest's bound on the lag) counts the message."""
+    if not body_ids and not last:
+        return
     pipe = r.pipeline(transaction=True)
-    if body_id is not None:
+    for body_id in body_ids:
         pipe.set(keys.queued_taken(body_id), 1, ex=TAKEN_TTL_S)
         pipe.delete(keys.queued_body(body_id))
     if last:

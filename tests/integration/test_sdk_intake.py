@@ -2,8 +2,8 @@
 pointed at a real ``tracehound ingest``, each error followed to the analysis chain it starts.
 
 No payload here is written by hand except the bad ones: the SDKs build what they send. A chain
-start is checked as the group being new and the event waiting on the ``embed`` queue (no
-workers run).
+start is checked as the group being new and the event waiting on the ``embed`` queue. A real
+intake worker takes what the Sentry routes queue; no other workers run.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ import httpx
 import pytest
 import redis
 
+from shared.core import keys
 from shared.core.domain import ErrorEvent
 from shared.devtools.llama_server import cache_root
 from shared.intake.trace import sdk_frames
 from shared.intake.traces import parse_frames
-from shared.stack.localstack import start_ingest, start_redis
-from tests.conftest import SETTLE_OFF
+from shared.stack.localstack import start_ingest, start_redis, start_worker
+from tests.conftest import SETTLE_OFF, counted_in_groups
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +58,10 @@ class Server:
             **SETTLE_OFF,
         }
         self.ingest, self.url = start_ingest(workdir, env)
+        # The Sentry routes queue their events for the intake worker, as /v1/events does.
+        self.worker = start_worker(
+            "intake", ["intake"], 1, workdir, {**env, "TRACEHOUND_DATA_DIR": str(workdir)}
+        )
         self.client = redis.Redis.from_url(self.redis_url)
 
     def dsn(self, project: str = "7", key: str = KEY) -> str:
@@ -85,8 +90,16 @@ class Server:
             timeout=30,
         )
 
+    def taken(self, messages: int, timeout: float = 20.0) -> None:
+        """Until the intake worker has taken ``messages`` queued messages (since the flush)."""
+        deadline = time.monotonic() + timeout
+        while int(self.client.get(keys.INTAKE_TAKEN) or 0) < messages:
+            assert time.monotonic() < deadline, "the intake worker did not take the request"
+            time.sleep(0.05)
+
     def close(self) -> None:
         self.ingest.stop()
+        self.worker.stop()
         self.client.close()
         self.redis_proc.stop()
 
@@ -238,7 +251,8 @@ def test_a_retried_envelope_counts_once(server: Server, python_app: Path) -> Non
     body = json.dumps({"event_id": event.id}) + "\n" + '{"type":"event"}\n' + json.dumps(payload)
     again = server.envelope(body.encode(), project="8")
     assert again.status_code == 200 and again.json()["id"] == event.id
-    assert again.json()["groups"][0]["duplicate"] is True
+    server.taken(2)  # the SDK's request and the retry
+    assert counted_in_groups(server.client) == 1
     assert server.client.llen("embed") == 1
 
 
@@ -604,7 +618,66 @@ def test_an_envelope_with_only_a_transaction_is_accepted_and_dropped(server: Ser
     assert r.status_code == 200
     assert r.json()["id"] == "a" * 32
     assert r.json()["dropped"] == {"transaction": 1, "session": 1}
-    assert r.json()["accepted"] == [] and server.client.llen("embed") == 0
+    assert r.json()["queued"] == [] and server.client.llen("embed") == 0
+
+
+BURST_APP = """
+import sys
+import sentry_sdk
+
+sentry_sdk.init(dsn=sys.argv[1])
+for n in range(6):
+    try:
+        raise RuntimeError(f"order {n} failed")
+    except RuntimeError as exc:
+        sentry_sdk.capture_exception(exc)
+sentry_sdk.flush(10)
+"""
+
+
+def refused_for_backlog(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    [line] = [
+        ln
+        for ln in text.splitlines()
+        if ln.startswith("tracehound_ingest_refused_total") and 'reason="backlog"' in ln
+    ]
+    return float(line.split()[-1])
+
+
+def test_a_sentry_sdk_told_429_past_the_backlog_bound_stops_sending(
+    tmp_path: Path, python_app: Path
+) -> None:
+    """Sentry events wait for the intake worker as /v1/events batches do, under the same
+    bound. Past it a Sentry SDK is told 429 with Retry-After, which the real SDK honours by
+    sending nothing for that long: a 503 (what shippers are told) only drops the event in
+    hand, and the next six requests would still come."""
+    redis_proc, redis_url = start_redis(tmp_path)
+    env = {
+        "TRACEHOUND_REDIS_URL": redis_url,
+        "TRACEHOUND_SENTRY_KEYS": KEY,
+        "TRACEHOUND_INGEST_MAX_BACKLOG": "1",  # no intake worker: one message fills it
+        "TRACEHOUND_INGEST_MAX_LAG": "0",
+        **SETTLE_OFF,
+    }
+    ingest, url = start_ingest(tmp_path, env)
+    try:
+        dsn = f"http://{KEY}@{url.removeprefix('http://')}/7"
+        first = b'{}\n{"type":"event"}\n' + json.dumps({"event_id": "e" * 32}).encode()
+        auth = {"X-Sentry-Auth": f"Sentry sentry_version=7, sentry_key={KEY}"}
+        r = httpx.post(f"{url}/api/7/envelope/", content=first, headers=auth, timeout=30)
+        assert r.status_code == 200 and r.json()["queued"] == ["e" * 32]
+        r = httpx.post(f"{url}/api/7/envelope/", content=first, headers=auth, timeout=30)
+        assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+        assert "behind" in r.json()["error"]
+        assert refused_for_backlog(url) == 1
+        (python_app / "burst.py").write_text(BURST_APP)
+        run([sys.executable, "burst.py", dsn], cwd=python_app)
+        # Six errors captured at once: the first request is refused, the SDK sends no more.
+        assert refused_for_backlog(url) == 2
+    finally:
+        ingest.stop()
+        redis_proc.stop()
 
 
 def test_redis_down_is_a_503_with_retry_after(tmp_path: Path) -> None:

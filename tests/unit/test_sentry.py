@@ -3,11 +3,13 @@ trace text the rest of the pipeline parses."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from shared.core.domain import ErrorEvent
+from shared.intake.batch import sentry_batch
 from shared.intake.events import Ignored
 from shared.intake.exceptions import reported
 from shared.intake.sentry import (
@@ -146,3 +148,29 @@ def test_auth_header_and_project_mapping() -> None:
     assert project_target({"1": "shop-api:shop"}, "1") == ("shop-api", "shop")
     assert project_target({"1": "shop-api"}, "1") == ("shop-api", "shop-api")
     assert project_target({}, "42") == ("42", "42")
+
+
+def test_a_queued_sentry_request_becomes_events_with_the_ids_the_sdk_gave() -> None:
+    """What the intake worker makes of a Sentry request ingest queued: each event item with
+    the id the SDK gave it (a retry repeats it), and a reason for each item it cannot use."""
+    error = {
+        "event_id": "a" * 32,
+        "level": "error",
+        "exception": {"values": [{"type": "KeyError", "value": "'tax'"}]},
+    }
+    warning = {"event_id": "b" * 32, "level": "warning", "message": "slow checkout"}
+    lines = [
+        json.dumps(error).encode(),
+        b"[1, 2]",
+        b"{not json",
+        json.dumps(warning).encode(),
+    ]
+    batch = sentry_batch(
+        lines, project="7", service="shop-api", repo="shop", max_trace_bytes=64_000
+    )
+    [event] = batch.accepted
+    assert event.id == "a" * 32 and event.service == "shop-api" and event.repo == "shop"
+    assert event.exception_type == "KeyError" and event.attributes["sentry"]["project"] == "7"
+    assert [r["index"] for r in batch.rejected] == [1, 2]
+    assert "JSON object" in batch.rejected[0]["error"]
+    assert [i["index"] for i in batch.ignored] == [3]
