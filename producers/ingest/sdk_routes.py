@@ -13,7 +13,9 @@
 - ``POST /v1/logs``: OTLP/HTTP logs, protobuf or JSON (shared/intake/otlp.py), with the same
   bearer token as ``/v1/events``; the reply is an ``ExportLogsServiceResponse`` in the
   request's encoding. ``POST /v1/traces`` likewise, for the exceptions recorded on spans.
-  These are taken in-process before the reply.
+  The records are made ErrorEvents here (the reply's ``partialSuccess`` says which were
+  refused) and queued for the intake worker to redact, group and count, under the same
+  bounds: past them a 503 with Retry-After, which exporters retry.
 
 With ``TRACEHOUND_SENTRY_UPSTREAM`` set, every Sentry request these routes took (200) is also
 queued as it was sent, in one script call, for the upstream Sentry (upstream.py,
@@ -41,7 +43,6 @@ from typing import Any
 
 import orjson
 import redis
-from kombu.exceptions import OperationalError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
@@ -51,12 +52,10 @@ from producers.ingest.auth import bearer_ok, same
 from producers.ingest.body import decoded, inflate, read_body, read_raw
 from producers.ingest.events import Outgoing, Spool
 from producers.ingest.metrics import REDIS
-from producers.ingest.replies import RETRY_AFTER_S, JSONReply
+from producers.ingest.replies import JSONReply
 from producers.ingest.replies import unavailable as ingest_unavailable
 from producers.ingest.upstream import Kind, Taken, taken
 from producers.ingest.upstream_queue import UpstreamQueue
-from shared.core.domain import ErrorEvent
-from shared.groups.submit import Intake, Submitted
 from shared.intake import otlp
 from shared.intake.batch import BodyError, QueuedBatch, loads
 from shared.intake.sentry import (
@@ -79,28 +78,6 @@ class SdkLimits:
     max_trace_bytes: int
     max_records: int  # Sentry envelope items / OTLP log records per request
     read_timeout: float
-
-
-class Unavailable(Exception):
-    """Redis out of reach: the client should retry after ``RETRY_AFTER_S``."""
-
-
-async def submit(intake: Intake, events: list[ErrorEvent]) -> list[Submitted]:
-    """Intake takes the events (OTLP's: Sentry's are queued for the intake worker)."""
-    if not events:
-        return []
-    try:
-        return await run_in_threadpool(intake.submit_many, events)
-    except (redis.RedisError, OperationalError, OSError) as exc:
-        # A retry repeats the same event ids, so what was counted already counts once.
-        log.warning("ingest.unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
-        raise Unavailable(f"cannot reach Redis, retry later: {type(exc).__name__}: {exc}") from exc
-
-
-def unavailable(exc: Unavailable) -> JSONReply:
-    return JSONReply(
-        {"detail": str(exc)}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)}
-    )
 
 
 def event_payload(payload: Any, envelope_id: str) -> dict[str, Any]:
@@ -126,7 +103,6 @@ def _store_body(raw: bytes, limit: int) -> bytes:
 class SdkRoutes:
     """The Sentry and OTLP routes of the ingest app and what they need."""
 
-    intake: Intake
     token: str | None
     sentry_keys: Sequence[str] | None  # None: any key (loopback, no token); empty: none
     sentry_projects: dict[str, str]  # with a map, an id not in it is refused
@@ -206,14 +182,12 @@ class SdkRoutes:
                 body_id=uuid.uuid4().hex,
                 service=service,
                 repo=repo,
-                sentry_project=project,
+                kind="sentry",
+                project=project,
                 max_records=self.limits.max_records,
             )
-            try:
-                await self.spool.queue(Outgoing(queued, body))
-            except (redis.RedisError, OSError) as exc:
-                self.refused(REDIS)
-                return ingest_unavailable(exc)
+            if (failed := await self.queue(queued, body)) is not None:
+                return failed
         if (forward := self.forward(sent)) is not None:
             try:
                 await run_in_threadpool(forward)
@@ -231,6 +205,16 @@ class SdkRoutes:
         # the event model cannot use is logged by the intake worker (intake.rejected).
         body_reply |= {"queued": ids, "dropped": dict(dropped)}
         return JSONReply(body_reply, status_code=200)
+
+    async def queue(self, queued: QueuedBatch, body: bytes) -> Response | None:
+        """``body`` in Redis for the intake worker, with the other requests' batches checked
+        meanwhile; the 503 to answer when Redis is out of reach."""
+        try:
+            await self.spool.queue(Outgoing(queued, body))
+        except (redis.RedisError, OSError) as exc:
+            self.refused(REDIS)
+            return ingest_unavailable(exc)
+        return None
 
     def forward(self, sent: Taken | None) -> Callable[[], object] | None:
         """Queue a request intake took for the upstream Sentry (one script call). Refused
@@ -332,6 +316,10 @@ class SdkRoutes:
                 max_bytes=limits.max_trace_bytes,
             )
 
+        # Past the bounds, refused before the body is read: exporters retry a 503 after its
+        # Retry-After (the OTLP/HTTP spec's retryable codes), with the same request.
+        if (refusal := await self.spool.refusal()) is not None:
+            return refusal[1]
         try:
             raw = await read_body(request, limits.max_body_bytes, limits.read_timeout)
             # Counting, decoding and converting are CPU work: off the event loop, so /healthz
@@ -343,20 +331,26 @@ class SdkRoutes:
             return JSONReply({"error": str(exc)}, status_code=413)
         except otlp.OtlpError as exc:
             return JSONReply({"error": str(exc)}, status_code=400)
-        try:
-            submitted = await submit(self.intake, batch.accepted)
-        except Unavailable as exc:
-            self.refused(REDIS)
-            return unavailable(exc)
+        if batch.accepted:
+            # The events as built here (the reply says which records were refused), for the
+            # intake worker to redact, group and count.
+            body = b"\n".join(e.model_dump_json().encode() for e in batch.accepted)
+            queued = QueuedBatch(
+                digest=hashlib.sha1(body).hexdigest(),
+                body_id=uuid.uuid4().hex,
+                kind="events",
+                max_records=limits.max_records,
+            )
+            if (failed := await self.queue(queued, body)) is not None:
+                return failed
         log.info(
             "ingest.otlp",
             extra={
                 "signal": signal.what,
                 "records": batch.records,
-                "accepted": len(batch.accepted),
+                "queued": len(batch.accepted),
                 "ignored": batch.ignored,
                 "rejected": len(batch.rejected),
-                "duplicates": sum(s.duplicate for s in submitted),
             },
         )
         reason = "; ".join(dict.fromkeys(batch.rejected))[:1000]

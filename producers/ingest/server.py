@@ -123,7 +123,6 @@ def create_app(
             Route("/readyz", readyz, methods=["GET"]),
             Route("/metrics", metrics.endpoint, methods=["GET"]),
             *SdkRoutes(
-                intake,
                 token=token,
                 sentry_keys=sentry_keys,
                 sentry_projects=dict(sentry_projects or {}),

@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict
@@ -225,10 +225,15 @@ class QueuedBatch(BaseModel):
     to a child: a 140 KB batch cost that twice over on the worker's busiest process. A
     message queued before bodies moved out carries its ``body`` inline and is still taken.
 
-    With ``sentry_project`` set, the body holds the event items of a Sentry request
-    (producers/ingest/sdk_routes.py), one JSON object a line, each with its ``event_id`` (the
-    event's id, which an SDK's retry repeats); ``service`` and ``repo`` are the project's, as
-    ingest's ``TRACEHOUND_SENTRY_PROJECTS`` named them when it took the request."""
+    The ``kind`` of body (producers/ingest/sdk_routes.py queues the last two), one per line:
+
+    - None: a shipper's records, as ``POST /v1/events`` took them (JSON, a JSON array, NDJSON);
+    - ``sentry``: the event items of a Sentry request, each a JSON object with its
+      ``event_id`` (the event's id, which an SDK's retry repeats); ``project`` is the DSN's,
+      ``service`` and ``repo`` are the project's, as ingest's ``TRACEHOUND_SENTRY_PROJECTS``
+      named them when it took the request;
+    - ``events``: ErrorEvents as ingest built them (from OTLP records: the reply had to say
+      which records were refused), as JSON."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -238,7 +243,8 @@ class QueuedBatch(BaseModel):
     service: str | None = None  # the request's ?service=
     default_service: str | None = None  # the server's --service
     max_records: int = 10_000
-    sentry_project: str | None = None  # a Sentry request's events (the DSN's project id)
+    kind: Literal["sentry", "events"] | None = None  # None: a shipper's records
+    project: str | None = None  # a Sentry request's (the DSN's project id)
     repo: str | None = None  # the Sentry project's repository
 
 
@@ -354,24 +360,38 @@ def _count(
 
 
 def _parse(queued: QueuedBatch, raw: bytes, *, max_trace_bytes: int) -> Batch:
-    """A queued body's records through the event model: a shipper's batch, or a Sentry
-    request's events."""
-    if queued.sentry_project is None:
-        records = decode_records(raw, max_records=queued.max_records)
-        return parse_batch(
-            records,
-            service=queued.service,
+    """A queued body's records through the event model (see ``QueuedBatch.kind``)."""
+    if queued.kind == "sentry":
+        project = queued.project or "sentry"
+        return sentry_batch(
+            raw.split(b"\n"),
+            project=project,
+            service=queued.service or project,
+            repo=queued.repo or queued.service or project,
             max_trace_bytes=max_trace_bytes,
-            default_service=queued.default_service,
-            batch_digest=queued.digest,
         )
-    return sentry_batch(
-        raw.split(b"\n"),
-        project=queued.sentry_project,
-        service=queued.service or queued.sentry_project,
-        repo=queued.repo or queued.service or queued.sentry_project,
+    if queued.kind == "events":
+        return built_events(raw.split(b"\n"))
+    records = decode_records(raw, max_records=queued.max_records)
+    return parse_batch(
+        records,
+        service=queued.service,
         max_trace_bytes=max_trace_bytes,
+        default_service=queued.default_service,
+        batch_digest=queued.digest,
     )
+
+
+def built_events(lines: list[bytes]) -> Batch:
+    """ErrorEvents that ingest built and queued, one JSON a line; a line that is not one
+    (nothing ingest writes) is rejected with the reason."""
+    batch = Batch()
+    for i, line in enumerate(lines):
+        try:
+            batch.accepted.append(ErrorEvent.model_validate_json(line))
+        except ValueError as exc:
+            batch.rejected.append({"index": i, "error": _first_line(str(exc))[:300]})
+    return batch
 
 
 def sentry_batch(

@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +98,14 @@ class Server:
             assert time.monotonic() < deadline, "the intake worker did not take the request"
             time.sleep(0.05)
 
+    def settled(self, timeout: float = 30.0) -> None:
+        """Until every queued body is taken: a body's key is deleted in the MULTI that ends
+        its take, after its events were counted (shared/intake/batch.py)."""
+        deadline = time.monotonic() + timeout
+        while next(self.client.scan_iter(match=keys.queued_body("*")), None) is not None:
+            assert time.monotonic() < deadline, "the intake worker left queued bodies"
+            time.sleep(0.05)
+
     def close(self) -> None:
         self.ingest.stop()
         self.worker.stop()
@@ -114,9 +123,10 @@ def module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture
-def server(module_server: Server) -> Server:
+def server(module_server: Server) -> Iterator[Server]:
     module_server.client.flushdb()
-    return module_server
+    yield module_server
+    module_server.settled()  # nothing of this test is counted after the next one's flush
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 120) -> str:
@@ -416,9 +426,10 @@ def test_node_sentry_sdk_frames_of_a_minified_bundle_reach_the_chain_as_the_orig
 # --- OpenTelemetry logs ----------------------------------------------------------------------
 
 
-def otel_records(endpoint: str | None, export: bool = True) -> Any:
+def otel_records(endpoint: str | None, export: bool = True, timeout: float = 10.0) -> Any:
     """Log a caught exception through the OTel SDK's logging handler; exported to ``endpoint``
-    over OTLP/HTTP protobuf, or returned as the exporter's encoded request."""
+    over OTLP/HTTP protobuf (``timeout``: the exporter's deadline, its retries included), or
+    returned as the exporter's encoded request."""
     pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="in the dev extra")
     from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs
     from opentelemetry.exporter.otlp.proto.http import Compression
@@ -439,6 +450,7 @@ def otel_records(endpoint: str | None, export: bool = True) -> Any:
             endpoint=f"{endpoint}/v1/logs",
             headers={"Authorization": f"Bearer {TOKEN}"},
             compression=Compression.Gzip,
+            timeout=timeout,
         )
         provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
     logger = logging.getLogger(f"billing.invoices.{time.monotonic_ns()}")
@@ -484,7 +496,9 @@ def test_otel_json_is_read_like_protobuf_and_replies_in_json(server: Server) -> 
     again = httpx.post(
         f"{server.url}/v1/logs", json=body, headers={"Authorization": f"Bearer {TOKEN}"}
     )
-    assert again.status_code == 200 and server.client.llen("embed") == 1  # same record ids
+    assert again.status_code == 200
+    server.taken(2)
+    assert counted_in_groups(server.client) == 1 and server.client.llen("embed") == 1  # same ids
 
 
 def test_otel_span_with_a_recorded_exception_becomes_an_event(server: Server) -> None:
@@ -677,6 +691,69 @@ def test_a_sentry_sdk_told_429_past_the_backlog_bound_stops_sending(
         assert refused_for_backlog(url) == 2
     finally:
         ingest.stop()
+        redis_proc.stop()
+
+
+def test_an_otel_exporter_told_503_past_the_backlog_bound_retries_until_it_gets_in(
+    tmp_path: Path,
+) -> None:
+    """OTLP records are queued for the intake worker under the same bound. Past it ingest
+    answers 503 with Retry-After before reading the body; the real OTLP exporter waits that
+    long and sends the same request again, which gets in once the worker has caught up."""
+    redis_proc, redis_url = start_redis(tmp_path)
+    env = {
+        "TRACEHOUND_REDIS_URL": redis_url,
+        "TRACEHOUND_INGEST_TOKEN": TOKEN,
+        "TRACEHOUND_INGEST_MAX_BACKLOG": "1",  # one message waiting fills it
+        "TRACEHOUND_INGEST_MAX_LAG": "0",
+        **SETTLE_OFF,
+    }
+    ingest, url = start_ingest(tmp_path, env)
+    client = redis.Redis.from_url(redis_url)
+    worker: list[Any] = []
+
+    def start_worker_once_refused() -> None:
+        deadline = time.monotonic() + 30
+        while refused_for_backlog(url) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker.append(
+            start_worker(
+                "intake", ["intake"], 1, tmp_path, {**env, "TRACEHOUND_DATA_DIR": str(tmp_path)}
+            )
+        )
+
+    try:
+        record = {
+            "service": "payments",
+            "level": "error",
+            "message": "payment failed",
+            "stack": "Traceback (most recent call last):\n"
+            '  File "/app/pay.py", line 3, in charge\n'
+            "    return total / 0\n"
+            "ZeroDivisionError: division by zero",
+        }
+        r = httpx.post(
+            f"{url}/v1/events",
+            json=record,
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=30,
+        )
+        assert r.status_code == 202  # the queue holds one message: the bound
+        starter = threading.Thread(target=start_worker_once_refused)
+        starter.start()
+        otel_records(url, timeout=60)  # refused, retried after Retry-After, until it gets in
+        starter.join()
+        assert refused_for_backlog(url) >= 1
+        deadline = time.monotonic() + 30
+        while client.llen("embed") < 2:  # the shipper's error and the exporter's
+            assert time.monotonic() < deadline, "the exporter's error was never counted"
+            time.sleep(0.1)
+        assert counted_in_groups(client) == 2
+    finally:
+        for w in worker:
+            w.stop()
+        ingest.stop()
+        client.close()
         redis_proc.stop()
 
 
