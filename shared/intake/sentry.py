@@ -306,13 +306,10 @@ def event_from_sentry(
     message = _message(event)
     if not message and thrown is not None and thrown.get("value") is not None:
         message = str(thrown["value"])
+    # Not the event_id: it is the event's id already, and an attribute of its own would make
+    # every event of a storm a shape of its own to intake (shared/groups/submit.py _prepare).
     attributes: dict[str, Any] = {
-        "sentry": {
-            "project": project,
-            "platform": platform,
-            "sdk": _sdk(event.get("sdk")),
-            "event_id": event_id or _str(event.get("event_id")),
-        }
+        "sentry": {"project": project, "platform": platform, "sdk": _sdk(event.get("sdk"))}
     }
     for key in ("release", "environment", "server_name", "logger", "transaction", "dist"):
         if text := _str(event.get(key)):
